@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
 # The test command of the README: format, lints, then every test of the workspace.
+# Installs the test peers (haproxy, nginx, iptables, ...) first when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+for tool in haproxy nginx iptables ip wrk; do
+  command -v "$tool" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v "$tool" >/dev/null 2>&1 || {
+    echo "hack/test.sh: $tool is missing, installing the test peers" >&2
+    bash hack/install-test-deps.sh
+    break
+  }
+done
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 if cargo nextest --version >/dev/null 2>&1; then

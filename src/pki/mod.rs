@@ -1,1 +1,1 @@
-//! TODO-free placeholder
+//! Certificates (minted by the controller; see issue 6).

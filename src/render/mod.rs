@@ -1,1 +1,150 @@
-//! TODO-free placeholder
+//! Pure render functions: a validated ControlPlaneIngress in, the objects
+//! hcp-ingress owns out. No I/O here; the controller applies what these return
+//! and `hcp-ingress render` prints it.
+
+mod gateway;
+mod ingress;
+mod traefik;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::{
+    Resource, ResourceExt,
+    api::{ApiResource, DynamicObject, GroupVersionKind},
+};
+use serde::Serialize;
+
+use crate::api::{
+    CLUSTER_NAME_LABEL, ControlPlaneIngress, Flavor, MANAGED_BY_LABEL, MANAGER,
+    validation::{self, FieldErrors},
+};
+
+/// Why nothing can be rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// The ControlPlaneIngress breaks a field rule.
+    #[error("{object}: {errors}")]
+    Invalid { object: String, errors: FieldErrors },
+    /// A rendered object did not serialize (a bug, not bad input).
+    #[error("failed to serialize {kind}: {source}")]
+    Serialize { kind: &'static str, source: serde_json::Error },
+}
+
+/// The kinds of route object a ControlPlaneIngress can own in the management cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RouteKind {
+    /// `networking.k8s.io/v1` Ingress (haproxy, haproxy-ingress, nginx, generic).
+    Ingress,
+    /// `traefik.io/v1alpha1` IngressRouteTCP.
+    IngressRouteTcp,
+    /// `gateway.networking.k8s.io/v1` TLSRoute.
+    TlsRoute,
+}
+
+impl RouteKind {
+    /// Every route kind.
+    pub const ALL: [RouteKind; 3] = [RouteKind::Ingress, RouteKind::IngressRouteTcp, RouteKind::TlsRoute];
+
+    /// The kind a flavor renders.
+    pub fn of(flavor: Flavor) -> RouteKind {
+        match flavor {
+            Flavor::Traefik => RouteKind::IngressRouteTcp,
+            Flavor::Gateway => RouteKind::TlsRoute,
+            Flavor::Haproxy | Flavor::HaproxyIngress | Flavor::Nginx | Flavor::Generic => RouteKind::Ingress,
+        }
+    }
+
+    /// Group, version and kind.
+    pub fn gvk(self) -> GroupVersionKind {
+        match self {
+            RouteKind::Ingress => GroupVersionKind::gvk("networking.k8s.io", "v1", "Ingress"),
+            RouteKind::IngressRouteTcp => GroupVersionKind::gvk("traefik.io", "v1alpha1", "IngressRouteTCP"),
+            RouteKind::TlsRoute => GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "TLSRoute"),
+        }
+    }
+
+    /// The API resource (plural) of the kind.
+    pub fn api_resource(self) -> ApiResource {
+        let plural = match self {
+            RouteKind::Ingress => "ingresses",
+            RouteKind::IngressRouteTcp => "ingressroutetcps",
+            RouteKind::TlsRoute => "tlsroutes",
+        };
+        ApiResource::from_gvk_with_plural(&self.gvk(), plural)
+    }
+}
+
+/// `ControlPlaneIngress namespace/name`, for messages.
+pub fn describe(cpi: &ControlPlaneIngress) -> String {
+    crate::sources::describe("ControlPlaneIngress", &cpi.metadata)
+}
+
+/// Every management-cluster object of a ControlPlaneIngress: its route, in
+/// the kind its flavor asks for; nothing when `ingress.deploy` is false.
+pub fn management(cpi: &ControlPlaneIngress) -> Result<Vec<DynamicObject>, RenderError> {
+    validation::validate(cpi).map_err(|errors| RenderError::Invalid { object: describe(cpi), errors })?;
+    if !cpi.spec.ingress.deploy {
+        return Ok(Vec::new());
+    }
+    match RouteKind::of(cpi.spec.flavor()) {
+        RouteKind::Ingress => Ok(vec![dynamic(&ingress::render(cpi), "Ingress")?]),
+        RouteKind::IngressRouteTcp => Ok(vec![traefik::render(cpi)]),
+        RouteKind::TlsRoute => Ok(gateway::render(cpi)),
+    }
+}
+
+/// Metadata shared by everything a ControlPlaneIngress owns: same namespace,
+/// the CAPI cluster label, our managed-by label, an owner reference for GC.
+pub(crate) fn owned_meta(cpi: &ControlPlaneIngress, name: String) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: cpi.namespace(),
+        labels: Some(BTreeMap::from([
+            (CLUSTER_NAME_LABEL.to_string(), cpi.spec.cluster_name.clone()),
+            (MANAGED_BY_LABEL.to_string(), MANAGER.to_string()),
+        ])),
+        owner_references: owner_reference(cpi).map(|o| vec![o]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// Owner reference to the ControlPlaneIngress; `None` until it has a uid
+/// (rendered from a file rather than a live object).
+pub fn owner_reference(cpi: &ControlPlaneIngress) -> Option<OwnerReference> {
+    cpi.controller_owner_ref(&())
+}
+
+/// An object of a kind we have no Rust type for.
+pub(crate) fn foreign(gvk: &GroupVersionKind, metadata: ObjectMeta, data: serde_json::Value) -> DynamicObject {
+    let resource = ApiResource::from_gvk(gvk);
+    let mut obj = DynamicObject::new(metadata.name.as_deref().unwrap_or_default(), &resource).data(data);
+    obj.metadata = metadata;
+    obj
+}
+
+fn dynamic<K: Resource<DynamicType = ()> + Serialize>(
+    obj: &K,
+    kind: &'static str,
+) -> Result<DynamicObject, RenderError> {
+    let value = serde_json::to_value(obj).map_err(|source| RenderError::Serialize { kind, source })?;
+    serde_json::from_value(value).map_err(|source| RenderError::Serialize { kind, source })
+}
+
+/// The route objects' names: the ControlPlaneIngress's name, suffixed per host for one-host kinds.
+pub(crate) fn host_routes(cpi: &ControlPlaneIngress) -> Vec<HostRoute<'_>> {
+    let spec = &cpi.spec;
+    let mut routes = vec![HostRoute { purpose: "api", host: &spec.ingress.api_host, port: spec.backend.api_port }];
+    if let (Some(host), Some(port)) = (&spec.ingress.konnectivity_host, spec.backend.konnectivity_port) {
+        routes.push(HostRoute { purpose: "konnectivity", host, port });
+    }
+    routes
+}
+
+/// One host of the tenant and the backend port it goes to.
+pub(crate) struct HostRoute<'a> {
+    /// `api` or `konnectivity`.
+    pub purpose: &'static str,
+    pub host: &'a str,
+    pub port: i32,
+}
