@@ -3,8 +3,10 @@
 
 use std::{
     io::{Read, Write},
+    net::IpAddr,
     path::PathBuf,
     process::ExitCode,
+    time::{Duration, SystemTime},
 };
 
 use kube::{CustomResourceExt, api::DynamicObject};
@@ -12,7 +14,12 @@ use serde::Deserialize;
 
 use crate::{
     api::ControlPlaneIngress,
-    render::{self, RenderError},
+    pki::{self, CertificateAuthority, PkiError},
+    render::{
+        self, RenderError,
+        crs::{self, CrsError},
+        workload::{self, WorkloadError, WorkloadInputs},
+    },
     sources::{self, SourceError, SourceKind},
 };
 
@@ -35,6 +42,36 @@ pub struct RenderArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t)]
     pub output: Output,
+    /// Print the workload-cluster objects (node proxy, steering, CCM override) instead of the management-side ones.
+    #[arg(long)]
+    pub workload: bool,
+    /// Wrap the workload objects in a ConfigMap, a Secret and a ClusterResourceSet (implies --workload; see docs/clusterresourceset.md).
+    #[arg(long)]
+    pub as_clusterresourceset: bool,
+    /// Cluster CA certificate (`tls.crt` of Secret `<cluster>-ca`): the proxy verifies the ingress with it.
+    #[arg(long, value_name = "FILE")]
+    pub ca_cert: Option<PathBuf>,
+    /// Cluster CA key (`tls.key` of Secret `<cluster>-ca`): mints the proxy certificate; the key itself is never printed.
+    #[arg(long, value_name = "FILE", requires = "ca_cert")]
+    pub ca_key: Option<PathBuf>,
+    /// Proxy image when `spec.proxy.image` is empty.
+    #[arg(long, default_value = workload::DEFAULT_IMAGE)]
+    pub image: String,
+    /// Port the proxy listens on [default: 443 with advertise-address steering; with service steering, the kubernetes Service's targetPort, usually 6443].
+    #[arg(long)]
+    pub proxy_port: Option<u16>,
+    /// First address of the workload cluster's service CIDR.
+    #[arg(long, default_value_t = workload::DEFAULT_SERVICE_IP)]
+    pub service_ip: IpAddr,
+    /// The workload cluster's DNS domain.
+    #[arg(long, default_value = workload::DEFAULT_CLUSTER_DOMAIN)]
+    pub cluster_domain: String,
+    /// Life of the minted proxy certificate, in days.
+    #[arg(long, value_name = "DAYS", default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..=3650))]
+    pub cert_validity_days: u32,
+    /// The clock for minting, RFC 3339 (tests).
+    #[arg(long, hide = true)]
+    pub now: Option<String>,
 }
 
 /// Why `render` failed.
@@ -42,13 +79,24 @@ pub struct RenderArgs {
 pub enum CliError {
     /// The input file could not be read.
     #[error("failed to read {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     /// A document is not YAML, or not an object with apiVersion and kind.
     #[error("{path}: document {index}: failed to parse: {message}")]
-    Parse { path: String, index: usize, message: String },
+    Parse {
+        path: String,
+        index: usize,
+        message: String,
+    },
     /// A ControlPlaneIngress does not have the shape of the CRD.
     #[error("{object}: {field}: {message}")]
-    Shape { object: String, field: String, message: String },
+    Shape {
+        object: String,
+        field: String,
+        message: String,
+    },
     /// A source object yields no ControlPlaneIngress.
     #[error(transparent)]
     Source(#[from] SourceError),
@@ -56,8 +104,36 @@ pub enum CliError {
     #[error(transparent)]
     Render(#[from] RenderError),
     /// Not a kind hcp-ingress reads.
-    #[error("{object}: failed to render: {api_version} {kind} is neither a ControlPlaneIngress nor a supported source ({sources})")]
-    UnknownKind { object: String, api_version: String, kind: String, sources: String },
+    #[error(
+        "{object}: failed to render: {api_version} {kind} is neither a ControlPlaneIngress nor a supported source ({sources})"
+    )]
+    UnknownKind {
+        object: String,
+        api_version: String,
+        kind: String,
+        sources: String,
+    },
+    /// A CA file could not be read.
+    #[error("failed to read {path}: {source}")]
+    CaRead {
+        path: String,
+        source: std::io::Error,
+    },
+    /// A CA file holds no usable certificate or key (its content is never printed).
+    #[error("{path}: {source}")]
+    Ca { path: String, source: PkiError },
+    /// Minting the proxy certificate failed.
+    #[error("{object}: {source}")]
+    Mint { object: String, source: PkiError },
+    /// A ControlPlaneIngress cannot yield workload objects.
+    #[error(transparent)]
+    Workload(#[from] WorkloadError),
+    /// The workload objects cannot go into a ClusterResourceSet.
+    #[error(transparent)]
+    Crs(#[from] CrsError),
+    /// A flag is wrong.
+    #[error("{0}")]
+    Usage(String),
 }
 
 impl CliError {
@@ -66,6 +142,9 @@ impl CliError {
         match self {
             CliError::Read { .. } => 1,
             CliError::Render(RenderError::Serialize { .. }) => 1,
+            CliError::Workload(WorkloadError::Serialize { .. })
+            | CliError::Crs(CrsError::Workload(_)) => 1,
+            CliError::Mint { .. } => 1,
             _ => 2,
         }
     }
@@ -73,7 +152,17 @@ impl CliError {
 
 /// Entry point of `hcp-ingress render`.
 pub fn render(args: RenderArgs) -> ExitCode {
-    let result = read_input(&args.file).and_then(|(path, text)| render_documents(&path, &text));
+    let result = read_input(&args.file).and_then(|(path, text)| {
+        if args.workload || args.as_clusterresourceset {
+            render_workload_documents(&path, &text, &workload_options(&args)?)
+        } else if args.ca_cert.is_some() {
+            Err(CliError::Usage(
+                "--ca-cert and --ca-key need --workload or --as-clusterresourceset".into(),
+            ))
+        } else {
+            render_documents(&path, &text)
+        }
+    });
     match result {
         Ok(rendered) => {
             for note in &rendered.notes {
@@ -114,7 +203,10 @@ fn read_input(file: &PathBuf) -> Result<(String, String), CliError> {
     } else {
         std::fs::read_to_string(file).map(|t| text = t)
     };
-    read.map_err(|source| CliError::Read { path: path.clone(), source })?;
+    read.map_err(|source| CliError::Read {
+        path: path.clone(),
+        source,
+    })?;
     Ok((path, text))
 }
 
@@ -131,31 +223,10 @@ pub struct Rendered {
 /// leaves half an output on stdout.
 pub fn render_documents(path: &str, text: &str) -> Result<Rendered, CliError> {
     let mut rendered = Rendered::default();
-    for (index, document) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-        let index = index + 1;
-        let parse_error = |message: String| CliError::Parse { path: path.to_string(), index, message };
-        let value = serde_json::Value::deserialize(document).map_err(|e| parse_error(e.to_string()))?;
-        if value.is_null() {
-            continue; // empty document (`---` at the end)
-        }
-        let obj: DynamicObject = serde_json::from_value(value.clone()).map_err(|e| parse_error(e.to_string()))?;
-        let types = obj.types.clone().ok_or_else(|| parse_error("apiVersion and kind are required".into()))?;
-        let cpi = if types.kind == "ControlPlaneIngress" {
-            read_cpi(value)?
-        } else if SourceKind::of(&types.api_version, &types.kind).is_some() {
-            let cpi = sources::derive(&obj)?;
+    for (cpi, derived) in control_plane_ingresses(path, text)? {
+        if derived {
             rendered.objects.push(to_value(&cpi)?);
-            cpi
-        } else {
-            return Err(CliError::UnknownKind {
-                object: sources::describe(&types.kind, &obj.metadata),
-                api_version: types.api_version,
-                kind: types.kind,
-                sources: SourceKind::ALL
-                    .map(|k| k.group_kind().1.to_string() + "." + k.group_kind().0)
-                    .join(", "),
-            });
-        };
+        }
         if render::owner_reference(&cpi).is_none() {
             rendered.notes.push(format!(
                 "{}: no metadata.uid, so the rendered objects carry no ownerReferences (render a live object to include them)",
@@ -167,6 +238,50 @@ pub fn render_documents(path: &str, text: &str) -> Result<Rendered, CliError> {
         }
     }
     Ok(rendered)
+}
+
+/// The ControlPlaneIngress of every document, read or derived from a source
+/// object (`true`), in input order.
+fn control_plane_ingresses(
+    path: &str,
+    text: &str,
+) -> Result<Vec<(ControlPlaneIngress, bool)>, CliError> {
+    let mut cpis = Vec::new();
+    for (index, document) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        let index = index + 1;
+        let parse_error = |message: String| CliError::Parse {
+            path: path.to_string(),
+            index,
+            message,
+        };
+        let value =
+            serde_json::Value::deserialize(document).map_err(|e| parse_error(e.to_string()))?;
+        if value.is_null() {
+            continue; // empty document (`---` at the end)
+        }
+        let obj: DynamicObject =
+            serde_json::from_value(value.clone()).map_err(|e| parse_error(e.to_string()))?;
+        let types = obj
+            .types
+            .clone()
+            .ok_or_else(|| parse_error("apiVersion and kind are required".into()))?;
+        let cpi = if types.kind == "ControlPlaneIngress" {
+            (read_cpi(value)?, false)
+        } else if SourceKind::of(&types.api_version, &types.kind).is_some() {
+            (sources::derive(&obj)?, true)
+        } else {
+            return Err(CliError::UnknownKind {
+                object: sources::describe(&types.kind, &obj.metadata),
+                api_version: types.api_version,
+                kind: types.kind,
+                sources: SourceKind::ALL
+                    .map(|k| k.group_kind().1.to_string() + "." + k.group_kind().0)
+                    .join(", "),
+            });
+        };
+        cpis.push(cpi);
+    }
+    Ok(cpis)
 }
 
 /// Deserialize a ControlPlaneIngress, naming the field at fault.
@@ -181,23 +296,250 @@ fn read_cpi(value: serde_json::Value) -> Result<ControlPlaneIngress, CliError> {
     };
     serde_path_to_error::deserialize(value).map_err(|e| {
         let field = e.path().to_string();
-        CliError::Shape { object, field, message: e.into_inner().to_string() }
+        CliError::Shape {
+            object,
+            field,
+            message: e.into_inner().to_string(),
+        }
     })
 }
 
 fn to_value<T: serde::Serialize>(obj: &T) -> Result<serde_json::Value, CliError> {
-    serde_json::to_value(obj)
-        .map_err(|source| CliError::Render(RenderError::Serialize { kind: "object", source }))
+    serde_json::to_value(obj).map_err(|source| {
+        CliError::Render(RenderError::Serialize {
+            kind: "object",
+            source,
+        })
+    })
 }
 
 fn to_yaml_stream(objects: &[serde_json::Value]) -> String {
     objects
         .iter()
-        .map(|o| format!("---\n{}", serde_yaml_ng::to_string(o).expect("JSON values serialize to YAML")))
+        .map(|o| {
+            format!(
+                "---\n{}",
+                serde_yaml_ng::to_string(o).expect("JSON values serialize to YAML")
+            )
+        })
         .collect()
 }
 
 fn to_json_list(objects: &[serde_json::Value]) -> String {
     let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
     serde_json::to_string_pretty(&list).expect("JSON values serialize") + "\n"
+}
+
+/// The cluster CA as given to `render --workload`: PEM text and the file it
+/// came from (errors name the file, never the content).
+#[derive(Clone)]
+pub struct CaInput {
+    /// Where the certificate came from.
+    pub cert_path: String,
+    /// The certificate, PEM.
+    pub cert_pem: String,
+    /// Where the key came from and the key, PEM; without it nothing is minted.
+    pub key: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for CaInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CaInput")
+            .field("cert_path", &self.cert_path)
+            .field("key_path", &self.key.as_ref().map(|(path, _)| path))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Everything `render --workload` needs besides the documents.
+#[derive(Debug, Clone)]
+pub struct WorkloadOptions {
+    /// Image, port, service IP and cluster domain (the certificate fields are filled from `ca`).
+    pub inputs: WorkloadInputs,
+    /// The cluster CA.
+    pub ca: Option<CaInput>,
+    /// Life of the minted certificate.
+    pub validity: Duration,
+    /// The clock for minting.
+    pub now: SystemTime,
+    /// Wrap the objects in a ClusterResourceSet.
+    pub as_cluster_resource_set: bool,
+}
+
+impl Default for WorkloadOptions {
+    fn default() -> Self {
+        WorkloadOptions {
+            inputs: WorkloadInputs::default(),
+            ca: None,
+            validity: pki::DEFAULT_VALIDITY,
+            now: SystemTime::now(),
+            as_cluster_resource_set: false,
+        }
+    }
+}
+
+/// Read the CA files and the clock from the flags (the I/O edge).
+fn workload_options(args: &RenderArgs) -> Result<WorkloadOptions, CliError> {
+    let read = |file: &PathBuf| {
+        let path = file.display().to_string();
+        std::fs::read_to_string(file)
+            .map(|text| (path.clone(), text))
+            .map_err(|source| CliError::CaRead { path, source })
+    };
+    let ca = match &args.ca_cert {
+        Some(cert) => {
+            let (cert_path, cert_pem) = read(cert)?;
+            let key = args.ca_key.as_ref().map(read).transpose()?;
+            Some(CaInput {
+                cert_path,
+                cert_pem,
+                key,
+            })
+        }
+        None => None,
+    };
+    let now = match &args.now {
+        Some(text) => {
+            time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+                .map(SystemTime::from)
+                .map_err(|e| {
+                    CliError::Usage(format!("--now: {text:?} is not an RFC 3339 time: {e}"))
+                })?
+        }
+        None => SystemTime::now(),
+    };
+    Ok(WorkloadOptions {
+        inputs: WorkloadInputs {
+            image: args.image.clone(),
+            proxy_port: args.proxy_port,
+            service_ip: args.service_ip,
+            cluster_domain: args.cluster_domain.clone(),
+            ca_cert_pem: None,
+            tls: None,
+        },
+        ca,
+        validity: Duration::from_secs(u64::from(args.cert_validity_days) * 24 * 3600),
+        now,
+        as_cluster_resource_set: args.as_clusterresourceset,
+    })
+}
+
+/// `render --workload`: the workload-cluster objects of every document, or
+/// their ClusterResourceSet. All or nothing, like [`render_documents`].
+pub fn render_workload_documents(
+    path: &str,
+    text: &str,
+    options: &WorkloadOptions,
+) -> Result<Rendered, CliError> {
+    let ca_error = |path: &str| {
+        let path = path.to_string();
+        move |source| CliError::Ca {
+            path: path.clone(),
+            source,
+        }
+    };
+    // Load the CA once; a key that does not match is reported against the key file.
+    let (ca_cert_pem, authority) = match &options.ca {
+        None => (None, None),
+        Some(ca) => {
+            let cert_pem =
+                pki::ca_certificate_pem(&ca.cert_pem).map_err(ca_error(&ca.cert_path))?;
+            let authority = match &ca.key {
+                Some((key_path, key_pem)) => Some(
+                    CertificateAuthority::from_pem(&ca.cert_pem, key_pem)
+                        .map_err(ca_error(key_path))?,
+                ),
+                None => None,
+            };
+            (Some(cert_pem), authority)
+        }
+    };
+    let mut rendered = Rendered::default();
+    for (cpi, _) in control_plane_ingresses(path, text)? {
+        let object = render::describe(&cpi);
+        crate::api::validation::validate(&cpi).map_err(|errors| WorkloadError::Invalid {
+            object: object.clone(),
+            errors,
+        })?;
+        let mut inputs = options.inputs.clone();
+        inputs.ca_cert_pem = ca_cert_pem.clone();
+        let leaf_spec = workload::proxy_leaf_spec(&cpi, &inputs, options.now);
+        let reencrypt = leaf_spec.is_some();
+        if let (Some(mut leaf_spec), Some(ca)) = (leaf_spec, &authority) {
+            leaf_spec.validity = options.validity;
+            let leaf = pki::mint_leaf(ca, &leaf_spec).map_err(|source| CliError::Mint {
+                object: object.clone(),
+                source,
+            })?;
+            inputs.tls = Some((&leaf).into());
+        }
+        let proxy = workload::proxy(&cpi, &inputs)?;
+        if options.as_cluster_resource_set {
+            for obj in crs::cluster_resource_set(&cpi, proxy.as_ref())? {
+                rendered.objects.push(to_value(&obj)?);
+            }
+            if !workload::ccm_targets(&cpi).is_empty() {
+                rendered.notes.push(format!(
+                    "{object}: a ClusterResourceSet cannot patch the cloud-controller-manager; set {} in its manifest",
+                    env_text(&cpi)
+                ));
+            }
+        } else {
+            for obj in proxy
+                .as_ref()
+                .map(|p| p.to_dynamic())
+                .transpose()?
+                .unwrap_or_default()
+            {
+                rendered.objects.push(to_value(&obj)?);
+            }
+            for target in workload::ccm_targets(&cpi) {
+                if target.containers.is_empty() {
+                    continue;
+                }
+                let patch = workload::ccm_patch(
+                    &cpi,
+                    target.kind,
+                    &target.namespace,
+                    &target.name,
+                    &target.containers,
+                );
+                rendered.objects.push(to_value(&patch)?);
+            }
+            if workload::ccm_targets(&cpi)
+                .iter()
+                .any(|t| t.containers.is_empty())
+            {
+                rendered.notes.push(format!(
+                    "{object}: the CCM override ({}) goes on containers the controller finds in the workload cluster; render prints only targets that name their containers",
+                    env_text(&cpi)
+                ));
+            }
+        }
+        if proxy.is_some() && ca_cert_pem.is_none() {
+            rendered.notes.push(format!(
+                "{object}: no --ca-cert, so the ConfigMap has no ca.crt and the proxy cannot start as printed"
+            ));
+        }
+        if reencrypt && authority.is_none() {
+            rendered.notes.push(format!(
+                "{object}: no --ca-key, so the proxy's TLS Secret is not printed (the controller mints it from <cluster>-ca)"
+            ));
+        }
+        if reencrypt && authority.is_some() {
+            rendered.notes.push(format!(
+                "{object}: the output holds the proxy's private key: handle it as a Secret; the certificate expires in {} days",
+                options.validity.as_secs() / 86_400
+            ));
+        }
+    }
+    Ok(rendered)
+}
+
+fn env_text(cpi: &ControlPlaneIngress) -> String {
+    workload::service_host_env(cpi)
+        .iter()
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }

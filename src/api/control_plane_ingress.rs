@@ -320,7 +320,10 @@ pub struct CcmSpec {
 
 impl Default for CcmSpec {
     fn default() -> Self {
-        CcmSpec { enabled: true, targets: Vec::new() }
+        CcmSpec {
+            enabled: true,
+            targets: Vec::new(),
+        }
     }
 }
 

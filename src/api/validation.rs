@@ -59,7 +59,11 @@ impl fmt::Display for FieldError {
 pub struct FieldErrors(pub Vec<FieldError>);
 
 fn join(errors: &[FieldError]) -> String {
-    errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Why `value` is not an RFC 1123 subdomain, if it is not.
@@ -68,7 +72,9 @@ pub fn check_dns1123_subdomain(value: &str) -> Result<(), String> {
         return Err("must not be empty".into());
     }
     if value.len() > DNS1123_SUBDOMAIN_MAX {
-        return Err(format!("{value:?} is longer than {DNS1123_SUBDOMAIN_MAX} characters"));
+        return Err(format!(
+            "{value:?} is longer than {DNS1123_SUBDOMAIN_MAX} characters"
+        ));
     }
     for label in value.split('.') {
         check_dns1123_label_chars(label).map_err(|why| {
@@ -81,7 +87,9 @@ pub fn check_dns1123_subdomain(value: &str) -> Result<(), String> {
 /// Why `value` is not an RFC 1123 label (a Service name), if it is not.
 pub fn check_dns1123_label(value: &str) -> Result<(), String> {
     if value.len() > DNS1123_LABEL_MAX {
-        return Err(format!("{value:?} is longer than {DNS1123_LABEL_MAX} characters"));
+        return Err(format!(
+            "{value:?} is longer than {DNS1123_LABEL_MAX} characters"
+        ));
     }
     check_dns1123_label_chars(value)
         .map_err(|why| format!("{value:?} is not a valid RFC 1123 label ({why})"))
@@ -109,7 +117,11 @@ pub fn check_port(port: i64) -> Result<(), String> {
     if PORT_RANGE.contains(&port) {
         Ok(())
     } else {
-        Err(format!("{port} is out of range {}-{}", PORT_RANGE.start(), PORT_RANGE.end()))
+        Err(format!(
+            "{port} is out of range {}-{}",
+            PORT_RANGE.start(),
+            PORT_RANGE.end()
+        ))
     }
 }
 
@@ -127,7 +139,9 @@ pub fn check_annotation_key(key: &str) -> Result<(), String> {
         && name.len() <= DNS1123_LABEL_MAX
         && name.starts_with(|c: char| c.is_ascii_alphanumeric())
         && name.ends_with(|c: char| c.is_ascii_alphanumeric())
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     if valid_name {
         Ok(())
     } else {
@@ -150,36 +164,65 @@ pub fn validate(cpi: &ControlPlaneIngress) -> Result<(), FieldErrors> {
             }));
         }
     }
-    if errors.is_empty() { Ok(()) } else { Err(FieldErrors(errors)) }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(FieldErrors(errors))
+    }
 }
 
 fn check_fields(spec: &ControlPlaneIngressSpec) -> Vec<FieldError> {
     let mut errors = Vec::new();
     let mut check = |field: &str, result: Result<(), String>| {
         if let Err(message) = result {
-            errors.push(FieldError { field: field.to_string(), message });
+            errors.push(FieldError {
+                field: field.to_string(),
+                message,
+            });
         }
     };
-    check("spec.clusterName", check_dns1123_subdomain(&spec.cluster_name));
+    check(
+        "spec.clusterName",
+        check_dns1123_subdomain(&spec.cluster_name),
+    );
     let ingress = &spec.ingress;
-    check("spec.ingress.apiHost", check_dns1123_subdomain(&ingress.api_host));
+    check(
+        "spec.ingress.apiHost",
+        check_dns1123_subdomain(&ingress.api_host),
+    );
     if let Some(host) = &ingress.konnectivity_host {
-        check("spec.ingress.konnectivityHost", check_dns1123_subdomain(host));
+        check(
+            "spec.ingress.konnectivityHost",
+            check_dns1123_subdomain(host),
+        );
     }
     check("spec.ingress.port", check_port(ingress.port.into()));
     for key in ingress.annotations.keys() {
         check("spec.ingress.annotations", check_annotation_key(key));
     }
-    check("spec.backend.serviceName", check_dns1123_label(&spec.backend.service_name));
-    check("spec.backend.apiPort", check_port(spec.backend.api_port.into()));
+    check(
+        "spec.backend.serviceName",
+        check_dns1123_label(&spec.backend.service_name),
+    );
+    check(
+        "spec.backend.apiPort",
+        check_port(spec.backend.api_port.into()),
+    );
     if let Some(port) = spec.backend.konnectivity_port {
         check("spec.backend.konnectivityPort", check_port(port.into()));
     }
     if spec.flavor() == Flavor::Gateway {
-        let refs = spec.route.as_ref().and_then(|r| r.gateway.as_ref()).map(|g| g.parent_refs.as_slice());
+        let refs = spec
+            .route
+            .as_ref()
+            .and_then(|r| r.gateway.as_ref())
+            .map(|g| g.parent_refs.as_slice());
         for (i, parent) in refs.unwrap_or_default().iter().enumerate() {
             if let Some(port) = parent.port {
-                check(&format!("spec.route.gateway.parentRefs[{i}].port"), check_port(port.into()));
+                check(
+                    &format!("spec.route.gateway.parentRefs[{i}].port"),
+                    check_port(port.into()),
+                );
             }
         }
     }
@@ -195,7 +238,10 @@ fn check_fields(spec: &ControlPlaneIngressSpec) -> Vec<FieldError> {
         for (i, upstream) in proxy.upstreams.iter().enumerate() {
             check(
                 &format!("spec.proxy.upstreams[{i}]"),
-                upstream.parse::<IpAddr>().map(drop).map_err(|_| format!("{upstream:?} is not an IP address")),
+                upstream
+                    .parse::<IpAddr>()
+                    .map(drop)
+                    .map_err(|_| format!("{upstream:?} is not an IP address")),
             );
         }
     }
@@ -204,7 +250,10 @@ fn check_fields(spec: &ControlPlaneIngressSpec) -> Vec<FieldError> {
             if !matches!(target.kind.as_str(), "Deployment" | "DaemonSet") {
                 check(
                     &format!("spec.ccm.targets[{i}].kind"),
-                    Err(format!("{:?} is not supported: use Deployment or DaemonSet", target.kind)),
+                    Err(format!(
+                        "{:?} is not supported: use Deployment or DaemonSet",
+                        target.kind
+                    )),
                 );
             }
         }

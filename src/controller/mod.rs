@@ -1,13 +1,331 @@
-//! The management-cluster controller (not built yet).
+//! The management-cluster controller: `hcp-ingress controller`.
+//!
+//! `run` wires watches, leader election and the admin endpoints; `reconcile`
+//! holds the stages of one reconciliation; `sources` derives
+//! ControlPlaneIngresses from other projects' objects; `apply`, `status` and
+//! `probe` are the pieces the stages use.
 
-use std::process::ExitCode;
+mod apply;
+mod leader;
+mod metrics;
+mod probe;
+mod reconcile;
+mod run;
+mod sources;
+pub mod status;
+
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    process::ExitCode,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{ApiResource, DynamicObject},
+    runtime::{
+        events::{Event, EventType, Recorder},
+        reflector::{ObjectRef, Store},
+    },
+};
+
+pub use leader::{Leader, LeaseConfig};
+pub use metrics::Metrics;
+pub use reconcile::PAUSED_ANNOTATION;
+pub use run::{Settings, run};
+
+use crate::{
+    api::ControlPlaneIngress,
+    render::{RenderError, RouteKind},
+    telemetry::{LogFormat, init_logging},
+};
 
 /// Flags of `hcp-ingress controller`.
-#[derive(clap::Args, Debug)]
-pub struct ControllerArgs {}
+#[derive(clap::Args, Debug, Clone)]
+pub struct ControllerArgs {
+    /// Watch only this namespace (empty: all namespaces).
+    #[arg(long, env = "WATCH_NAMESPACE", default_value = "")]
+    pub namespace: String,
+    /// Reconcile only objects matching this label selector.
+    #[arg(long)]
+    pub watch_filter: Option<String>,
+    /// ControlPlaneIngresses reconciled at once.
+    #[arg(long, default_value_t = 10)]
+    pub concurrency: u16,
+    /// Source kinds to derive ControlPlaneIngresses from, comma-separated
+    /// (k0smotron-controlplane, k0smotron-cluster, k0rdent, capi-cluster, kamaji, steward),
+    /// `all` for every installed one, `none` for none.
+    #[arg(long, value_delimiter = ',', default_value = "all")]
+    pub sources: Vec<String>,
+    /// Elect a leader among replicas through a Lease; only the leader writes.
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// Namespace of the Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "hcp-ingress-system")]
+    pub leader_election_namespace: String,
+    /// Name of the Lease.
+    #[arg(long, default_value = "hcp-ingress-controller")]
+    pub leader_election_id: String,
+    /// Seconds a lease lasts without renewal.
+    #[arg(long, default_value_t = 15)]
+    pub lease_duration_seconds: u64,
+    /// Address of `/healthz` and `/readyz`.
+    #[arg(long, default_value = "0.0.0.0:9440")]
+    pub health_addr: SocketAddr,
+    /// Address of `/metrics`.
+    #[arg(long, default_value = "0.0.0.0:8443")]
+    pub metrics_addr: SocketAddr,
+    /// Check each endpoint with a TLS handshake through the ingress.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub probe_endpoints: bool,
+    /// Seconds between re-checks of a healthy ControlPlaneIngress.
+    #[arg(long, default_value_t = 300)]
+    pub resync_seconds: u64,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t)]
+    pub log_format: LogFormat,
+    /// Log level (`RUST_LOG` overrides).
+    #[arg(long, default_value = "info")]
+    pub log_level: String,
+}
 
 /// Entry point of `hcp-ingress controller`.
-pub fn main(_args: ControllerArgs) -> ExitCode {
-    eprintln!("error: `hcp-ingress controller` is not built yet");
-    ExitCode::from(3)
+pub fn main(args: ControllerArgs) -> ExitCode {
+    init_logging(args.log_format, &args.log_level);
+    let settings = match Settings::from_args(&args) {
+        Ok(settings) => settings,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime starts");
+    runtime.block_on(async move {
+        let client = match Client::try_default().await {
+            Ok(client) => client,
+            Err(error) => {
+                tracing::error!(%error, "failed to build a Kubernetes client (in-cluster config or KUBECONFIG)");
+                return ExitCode::from(1);
+            }
+        };
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(run::cancel_on_signal(shutdown.clone()));
+        match run(client, settings, shutdown).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                tracing::error!(%error, "controller stopped");
+                ExitCode::from(1)
+            }
+        }
+    })
+}
+
+/// Why a reconciliation (or the controller) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Server-side apply was refused.
+    #[error("failed to apply {kind} {name}: {source}")]
+    Apply {
+        kind: String,
+        name: String,
+        source: kube::Error,
+    },
+    /// A delete was refused.
+    #[error("failed to delete {kind} {name}: {source}")]
+    Delete {
+        kind: String,
+        name: String,
+        source: kube::Error,
+    },
+    /// The status write was refused.
+    #[error("failed to update the status of {object}: {source}")]
+    Status { object: String, source: kube::Error },
+    /// The owner reference to the Cluster could not be set.
+    #[error("failed to set the Cluster owner reference on {object}: {source}")]
+    Owner { object: String, source: kube::Error },
+    /// This replica lost the lease: it must not write.
+    #[error("failed to write: this replica does not hold the leader lease")]
+    NotLeader,
+    /// A rendered object did not serialize.
+    #[error(transparent)]
+    Render(#[from] RenderError),
+    /// A watch cache has not synced yet.
+    #[error("failed to reconcile: the {0} watch has not synced yet")]
+    CacheNotReady(String),
+    /// The API server could not be reached at start-up.
+    #[error("failed to start: {0}")]
+    Start(String),
+}
+
+impl Error {
+    /// Short label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Apply { .. } => "apply",
+            Error::Delete { .. } => "delete",
+            Error::Status { .. } => "status",
+            Error::Owner { .. } => "owner",
+            Error::NotLeader => "not_leader",
+            Error::Render(_) => "render",
+            Error::Start(_) => "start",
+            Error::CacheNotReady(_) => "cache_not_ready",
+        }
+    }
+
+    /// Event reason for the failure.
+    pub fn metric_label_camel(&self) -> &'static str {
+        match self {
+            Error::Apply { .. } => "ApplyFailed",
+            Error::Delete { .. } => "DeleteFailed",
+            Error::Status { .. } => "StatusUpdateFailed",
+            Error::Owner { .. } => "OwnerReferenceFailed",
+            Error::NotLeader => "NotLeader",
+            Error::Render(_) => "RenderFailed",
+            Error::Start(_) => "StartFailed",
+            Error::CacheNotReady(_) => "CacheNotReady",
+        }
+    }
+}
+
+/// Reconcile timing.
+#[derive(Clone, Debug)]
+pub struct Timing {
+    /// Re-check interval of a healthy object.
+    pub resync: Duration,
+    /// Re-check interval of an object waiting on something outside (ingress, CRD).
+    pub retry: Duration,
+    /// TLS probe timeout.
+    pub probe_timeout: Duration,
+    /// Whether to probe endpoints at all.
+    pub probe_endpoints: bool,
+}
+
+/// Per-object exponential backoff after errors: 1 s, 2 s, 4 s ... 5 min.
+#[derive(Default)]
+pub struct Backoff(Mutex<HashMap<String, u32>>);
+
+impl Backoff {
+    /// The delay before the next attempt for `key`, counting this failure.
+    pub fn next(&self, key: &str) -> Duration {
+        let mut failures = self.0.lock().expect("backoff lock");
+        let n = failures.entry(key.to_string()).or_default();
+        *n = n.saturating_add(1);
+        Duration::from_secs(1u64 << (*n - 1).min(8)).min(Duration::from_secs(300))
+    }
+
+    /// Forget failures of `key` after a success.
+    pub fn reset(&self, key: &str) {
+        self.0.lock().expect("backoff lock").remove(key);
+    }
+}
+
+/// What every reconciliation shares.
+pub struct Context {
+    /// Management cluster client.
+    pub client: Client,
+    /// Route objects we manage, per installed kind (watch caches).
+    pub routes: HashMap<RouteKind, Store<DynamicObject>>,
+    /// CAPI Clusters, when CAPI is installed.
+    pub clusters: Option<(Store<DynamicObject>, ApiResource)>,
+    /// Every ControlPlaneIngress (source adapters compare against it).
+    pub cpis: Store<ControlPlaneIngress>,
+    /// Event recorder.
+    pub recorder: Recorder,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Write gate.
+    pub leader: Leader,
+    /// Timing.
+    pub settings: Timing,
+    /// Error backoff.
+    pub backoff: Backoff,
+}
+
+impl Context {
+    /// The CAPI Cluster a ControlPlaneIngress names, from the cache.
+    pub fn cluster_of(&self, cpi: &ControlPlaneIngress) -> Option<Arc<DynamicObject>> {
+        let (store, resource) = self.clusters.as_ref()?;
+        let key =
+            ObjectRef::new_with(&cpi.spec.cluster_name, resource.clone()).within(&cpi.namespace()?);
+        store.get(&key)
+    }
+
+    /// Wait until every watch cache holds its first full list: deciding on a
+    /// half-filled cache would re-apply objects that exist (steady-state writes).
+    pub async fn caches_ready(&self) -> Result<(), Error> {
+        let caches = self
+            .routes
+            .iter()
+            .map(|(kind, store)| (kind.gvk().kind, store))
+            .chain(
+                self.clusters
+                    .iter()
+                    .map(|(store, _)| ("Cluster".to_string(), store)),
+            );
+        for (kind, store) in caches {
+            if tokio::time::timeout(Duration::from_secs(10), store.wait_until_ready())
+                .await
+                .is_err()
+            {
+                return Err(Error::CacheNotReady(kind));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether CAPI's Cluster kind is installed.
+    pub fn capi_installed(&self) -> bool {
+        self.clusters.is_some()
+    }
+
+    /// Api for a route kind in the ControlPlaneIngress's namespace.
+    pub fn route_api(&self, kind: RouteKind, cpi: &ControlPlaneIngress) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            &cpi.namespace().unwrap_or_default(),
+            &kind.api_resource(),
+        )
+    }
+
+    /// Publish an Event on `obj`; failures to publish are logged, never fatal.
+    pub async fn event<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        if !self.leader.is_leader() {
+            return;
+        }
+        self.publish(obj.object_ref(&()), type_, reason, action, note)
+            .await;
+    }
+
+    /// Publish an Event on an object given by reference.
+    pub async fn publish(
+        &self,
+        reference: k8s_openapi::api::core::v1::ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, &reference).await {
+            tracing::warn!(%error, "failed to publish an event");
+        }
+    }
 }

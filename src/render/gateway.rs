@@ -8,7 +8,11 @@ use crate::api::ControlPlaneIngress;
 
 pub(super) fn render(cpi: &ControlPlaneIngress) -> Vec<DynamicObject> {
     let spec = &cpi.spec;
-    let parent_refs = spec.route.as_ref().and_then(|r| r.gateway.as_ref()).map(|g| &g.parent_refs);
+    let parent_refs = spec
+        .route
+        .as_ref()
+        .and_then(|r| r.gateway.as_ref())
+        .map(|g| &g.parent_refs);
     let name = cpi.metadata.name.as_deref().unwrap_or_default();
     host_routes(cpi)
         .into_iter()

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::networking::v1::{
-    HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule, IngressServiceBackend,
-    IngressSpec, ServiceBackendPort,
+    HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
+    IngressServiceBackend, IngressSpec, ServiceBackendPort,
 };
 
 use super::{host_routes, owned_meta};
@@ -26,7 +26,10 @@ pub fn passthrough_annotations(flavor: Flavor) -> &'static [(&'static str, &'sta
 pub(super) fn render(cpi: &ControlPlaneIngress) -> Ingress {
     let spec = &cpi.spec;
     let mut metadata = owned_meta(cpi, cpi.metadata.name.clone().unwrap_or_default());
-    metadata.annotations = Some(merged_annotations(passthrough_annotations(spec.flavor()), &spec.ingress.annotations));
+    metadata.annotations = Some(merged_annotations(
+        passthrough_annotations(spec.flavor()),
+        &spec.ingress.annotations,
+    ));
     let rules = host_routes(cpi)
         .into_iter()
         .map(|route| IngressRule {
@@ -38,7 +41,10 @@ pub(super) fn render(cpi: &ControlPlaneIngress) -> Ingress {
                     backend: IngressBackend {
                         service: Some(IngressServiceBackend {
                             name: spec.backend.service_name.clone(),
-                            port: Some(ServiceBackendPort { number: Some(route.port), name: None }),
+                            port: Some(ServiceBackendPort {
+                                number: Some(route.port),
+                                name: None,
+                            }),
                         }),
                         resource: None,
                     },
@@ -62,8 +68,10 @@ pub(super) fn merged_annotations(
     defaults: &[(&str, &str)],
     user: &BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
-    let mut merged: BTreeMap<String, String> =
-        defaults.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let mut merged: BTreeMap<String, String> = defaults
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     merged.extend(user.iter().map(|(k, v)| (k.clone(), v.clone())));
     merged
 }

@@ -2,9 +2,11 @@
 //! hcp-ingress owns out. No I/O here; the controller applies what these return
 //! and `hcp-ingress render` prints it.
 
+pub mod crs;
 mod gateway;
 mod ingress;
 mod traefik;
+pub mod workload;
 
 use std::collections::BTreeMap;
 
@@ -28,7 +30,10 @@ pub enum RenderError {
     Invalid { object: String, errors: FieldErrors },
     /// A rendered object did not serialize (a bug, not bad input).
     #[error("failed to serialize {kind}: {source}")]
-    Serialize { kind: &'static str, source: serde_json::Error },
+    Serialize {
+        kind: &'static str,
+        source: serde_json::Error,
+    },
 }
 
 /// The kinds of route object a ControlPlaneIngress can own in the management cluster.
@@ -44,14 +49,20 @@ pub enum RouteKind {
 
 impl RouteKind {
     /// Every route kind.
-    pub const ALL: [RouteKind; 3] = [RouteKind::Ingress, RouteKind::IngressRouteTcp, RouteKind::TlsRoute];
+    pub const ALL: [RouteKind; 3] = [
+        RouteKind::Ingress,
+        RouteKind::IngressRouteTcp,
+        RouteKind::TlsRoute,
+    ];
 
     /// The kind a flavor renders.
     pub fn of(flavor: Flavor) -> RouteKind {
         match flavor {
             Flavor::Traefik => RouteKind::IngressRouteTcp,
             Flavor::Gateway => RouteKind::TlsRoute,
-            Flavor::Haproxy | Flavor::HaproxyIngress | Flavor::Nginx | Flavor::Generic => RouteKind::Ingress,
+            Flavor::Haproxy | Flavor::HaproxyIngress | Flavor::Nginx | Flavor::Generic => {
+                RouteKind::Ingress
+            }
         }
     }
 
@@ -59,8 +70,12 @@ impl RouteKind {
     pub fn gvk(self) -> GroupVersionKind {
         match self {
             RouteKind::Ingress => GroupVersionKind::gvk("networking.k8s.io", "v1", "Ingress"),
-            RouteKind::IngressRouteTcp => GroupVersionKind::gvk("traefik.io", "v1alpha1", "IngressRouteTCP"),
-            RouteKind::TlsRoute => GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "TLSRoute"),
+            RouteKind::IngressRouteTcp => {
+                GroupVersionKind::gvk("traefik.io", "v1alpha1", "IngressRouteTCP")
+            }
+            RouteKind::TlsRoute => {
+                GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "TLSRoute")
+            }
         }
     }
 
@@ -83,7 +98,10 @@ pub fn describe(cpi: &ControlPlaneIngress) -> String {
 /// Every management-cluster object of a ControlPlaneIngress: its route, in
 /// the kind its flavor asks for; nothing when `ingress.deploy` is false.
 pub fn management(cpi: &ControlPlaneIngress) -> Result<Vec<DynamicObject>, RenderError> {
-    validation::validate(cpi).map_err(|errors| RenderError::Invalid { object: describe(cpi), errors })?;
+    validation::validate(cpi).map_err(|errors| RenderError::Invalid {
+        object: describe(cpi),
+        errors,
+    })?;
     if !cpi.spec.ingress.deploy {
         return Ok(Vec::new());
     }
@@ -101,7 +119,10 @@ pub(crate) fn owned_meta(cpi: &ControlPlaneIngress, name: String) -> ObjectMeta 
         name: Some(name),
         namespace: cpi.namespace(),
         labels: Some(BTreeMap::from([
-            (CLUSTER_NAME_LABEL.to_string(), cpi.spec.cluster_name.clone()),
+            (
+                CLUSTER_NAME_LABEL.to_string(),
+                cpi.spec.cluster_name.clone(),
+            ),
             (MANAGED_BY_LABEL.to_string(), MANAGER.to_string()),
         ])),
         owner_references: owner_reference(cpi).map(|o| vec![o]),
@@ -116,9 +137,14 @@ pub fn owner_reference(cpi: &ControlPlaneIngress) -> Option<OwnerReference> {
 }
 
 /// An object of a kind we have no Rust type for.
-pub(crate) fn foreign(gvk: &GroupVersionKind, metadata: ObjectMeta, data: serde_json::Value) -> DynamicObject {
+pub(crate) fn foreign(
+    gvk: &GroupVersionKind,
+    metadata: ObjectMeta,
+    data: serde_json::Value,
+) -> DynamicObject {
     let resource = ApiResource::from_gvk(gvk);
-    let mut obj = DynamicObject::new(metadata.name.as_deref().unwrap_or_default(), &resource).data(data);
+    let mut obj =
+        DynamicObject::new(metadata.name.as_deref().unwrap_or_default(), &resource).data(data);
     obj.metadata = metadata;
     obj
 }
@@ -127,16 +153,28 @@ fn dynamic<K: Resource<DynamicType = ()> + Serialize>(
     obj: &K,
     kind: &'static str,
 ) -> Result<DynamicObject, RenderError> {
-    let value = serde_json::to_value(obj).map_err(|source| RenderError::Serialize { kind, source })?;
+    let value =
+        serde_json::to_value(obj).map_err(|source| RenderError::Serialize { kind, source })?;
     serde_json::from_value(value).map_err(|source| RenderError::Serialize { kind, source })
 }
 
 /// The route objects' names: the ControlPlaneIngress's name, suffixed per host for one-host kinds.
 pub(crate) fn host_routes(cpi: &ControlPlaneIngress) -> Vec<HostRoute<'_>> {
     let spec = &cpi.spec;
-    let mut routes = vec![HostRoute { purpose: "api", host: &spec.ingress.api_host, port: spec.backend.api_port }];
-    if let (Some(host), Some(port)) = (&spec.ingress.konnectivity_host, spec.backend.konnectivity_port) {
-        routes.push(HostRoute { purpose: "konnectivity", host, port });
+    let mut routes = vec![HostRoute {
+        purpose: "api",
+        host: &spec.ingress.api_host,
+        port: spec.backend.api_port,
+    }];
+    if let (Some(host), Some(port)) = (
+        &spec.ingress.konnectivity_host,
+        spec.backend.konnectivity_port,
+    ) {
+        routes.push(HostRoute {
+            purpose: "konnectivity",
+            host,
+            port,
+        });
     }
     routes
 }

@@ -32,7 +32,12 @@ pub(super) fn render(cpi: &ControlPlaneIngress) -> DynamicObject {
         })
         .collect();
     let mut metadata = owned_meta(cpi, cpi.metadata.name.clone().unwrap_or_default());
-    let class = spec.ingress.class_name.iter().map(|c| (CLASS_ANNOTATION, c.as_str())).collect::<Vec<_>>();
+    let class = spec
+        .ingress
+        .class_name
+        .iter()
+        .map(|c| (CLASS_ANNOTATION, c.as_str()))
+        .collect::<Vec<_>>();
     let annotations = merged_annotations(&class, &spec.ingress.annotations);
     metadata.annotations = (!annotations.is_empty()).then_some(annotations);
     foreign(

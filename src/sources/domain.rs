@@ -29,23 +29,30 @@ struct ControlPlaneRef {
 
 pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, SourceError> {
     let annotations = source.obj.metadata.annotations.clone().unwrap_or_default();
-    let domain = annotations
-        .get(DOMAIN_ANNOTATION)
-        .ok_or_else(|| source.not_requested(DOMAIN_FIELD, "missing: the object asks for no ingress"))?;
+    let domain = annotations.get(DOMAIN_ANNOTATION).ok_or_else(|| {
+        source.not_requested(DOMAIN_FIELD, "missing: the object asks for no ingress")
+    })?;
     let invalid = |field: &str, message: String| SourceError::Invalid {
         object: source.object.clone(),
-        errors: FieldErrors(vec![FieldError { field: field.into(), message }]),
+        errors: FieldErrors(vec![FieldError {
+            field: field.into(),
+            message,
+        }]),
     };
-    check_dns1123_subdomain(domain).map_err(|why| invalid(DOMAIN_FIELD, format!("domain {why}")))?;
+    check_dns1123_subdomain(domain)
+        .map_err(|why| invalid(DOMAIN_FIELD, format!("domain {why}")))?;
     let controller = annotations
         .get(CONTROLLER_ANNOTATION)
         .map(|value| {
-            Flavor::ALL.into_iter().find(|f| f.as_str() == value).ok_or_else(|| {
-                invalid(
-                    &format!("metadata.annotations[{CONTROLLER_ANNOTATION}]"),
-                    format!("unknown controller {value:?}: use one of {}", flavor_list()),
-                )
-            })
+            Flavor::ALL
+                .into_iter()
+                .find(|f| f.as_str() == value)
+                .ok_or_else(|| {
+                    invalid(
+                        &format!("metadata.annotations[{CONTROLLER_ANNOTATION}]"),
+                        format!("unknown controller {value:?}: use one of {}", flavor_list()),
+                    )
+                })
         })
         .transpose()?;
 
@@ -54,9 +61,17 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
         SourceKind::CapiCluster => {
             // Kamaji's CAPI provider names the TenantControlPlane (and its Service) after the control plane object.
             let cp: Option<ControlPlaneRef> = source.read("/spec/controlPlaneRef")?;
-            (cp.map_or_else(|| source.name().to_string(), |r| r.name), API_PORT)
+            (
+                cp.map_or_else(|| source.name().to_string(), |r| r.name),
+                API_PORT,
+            )
         }
-        _ => (source.name().to_string(), source.read("/spec/networkProfile/port")?.unwrap_or(API_PORT)),
+        _ => (
+            source.name().to_string(),
+            source
+                .read("/spec/networkProfile/port")?
+                .unwrap_or(API_PORT),
+        ),
     };
     Ok(ControlPlaneIngressSpec {
         cluster_name: source.cluster_name(),
@@ -68,7 +83,10 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
             annotations: Default::default(),
             deploy: true,
         },
-        route: controller.map(|c| RouteSpec { controller: Some(c), ..RouteSpec::default() }),
+        route: controller.map(|c| RouteSpec {
+            controller: Some(c),
+            ..RouteSpec::default()
+        }),
         backend: BackendSpec {
             service_name,
             api_port: source.port(Some(api_port), API_PORT, "spec.networkProfile.port")?,

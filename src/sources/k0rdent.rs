@@ -20,11 +20,17 @@ struct TemplateIngress {
 }
 
 pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, SourceError> {
-    let block: TemplateIngress = source
-        .read("/spec/config/ingress")?
-        .ok_or_else(|| source.not_requested("spec.config.ingress", "missing: the object asks for no ingress"))?;
+    let block: TemplateIngress = source.read("/spec/config/ingress")?.ok_or_else(|| {
+        source.not_requested(
+            "spec.config.ingress",
+            "missing: the object asks for no ingress",
+        )
+    })?;
     if !block.enabled {
-        return Err(source.not_requested("spec.config.ingress.enabled", "false: the ingress is disabled"));
+        return Err(source.not_requested(
+            "spec.config.ingress.enabled",
+            "false: the ingress is disabled",
+        ));
     }
     let has = |host: &Option<String>| host.as_deref().is_some_and(|h| !h.is_empty());
     if block.ingress.api_host.is_empty() || !has(&block.ingress.konnectivity_host) {
@@ -34,12 +40,18 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
         ));
     }
     // The templates name the K0smotronControlPlane `<name>-cp` and default to a LoadBalancer.
-    let service: UpstreamService = source.read("/spec/config/k0smotron/service")?.unwrap_or_default();
+    let service: UpstreamService = source
+        .read("/spec/config/k0smotron/service")?
+        .unwrap_or_default();
     let backend = k0smotron::backend(
         source,
         &format!("{}-cp", source.name()),
         &service,
-        Defaults { service_type: "LoadBalancer", api_port: 6443, konnectivity_port: 8132 },
+        Defaults {
+            service_type: "LoadBalancer",
+            api_port: 6443,
+            konnectivity_port: 8132,
+        },
         "spec.config.k0smotron.service",
     )?;
     Ok(ControlPlaneIngressSpec {

@@ -38,15 +38,19 @@ pub(super) struct UpstreamService {
 }
 
 pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, SourceError> {
-    let ingress: UpstreamIngress = source
-        .read("/spec/ingress")?
-        .ok_or_else(|| source.not_requested("spec.ingress", "missing: the object asks for no ingress"))?;
+    let ingress: UpstreamIngress = source.read("/spec/ingress")?.ok_or_else(|| {
+        source.not_requested("spec.ingress", "missing: the object asks for no ingress")
+    })?;
     let service: UpstreamService = source.read("/spec/service")?.unwrap_or_default();
     let backend = backend(
         source,
         source.name(),
         &service,
-        Defaults { service_type: "ClusterIP", api_port: API_PORT, konnectivity_port: KONNECTIVITY_PORT },
+        Defaults {
+            service_type: "ClusterIP",
+            api_port: API_PORT,
+            konnectivity_port: KONNECTIVITY_PORT,
+        },
         "spec.service",
     )?;
     Ok(ControlPlaneIngressSpec {
@@ -69,7 +73,11 @@ pub(super) fn ingress_spec(
         api_host: ingress.api_host,
         konnectivity_host: ingress.konnectivity_host.filter(|h| !h.is_empty()),
         class_name: ingress.class_name.filter(|c| !c.is_empty()),
-        port: source.port(ingress.port, crate::api::DEFAULT_INGRESS_PORT.into(), &format!("{field}.port"))?,
+        port: source.port(
+            ingress.port,
+            crate::api::DEFAULT_INGRESS_PORT.into(),
+            &format!("{field}.port"),
+        )?,
         annotations: ingress.annotations,
         deploy: ingress.deploy.unwrap_or(true),
     })
@@ -93,7 +101,11 @@ pub(super) fn backend(
     let service_type = service.type_.as_deref().unwrap_or(defaults.service_type);
     Ok(BackendSpec {
         service_name: service_name(name, service_type),
-        api_port: source.port(service.api_port, defaults.api_port, &format!("{field}.apiPort"))?,
+        api_port: source.port(
+            service.api_port,
+            defaults.api_port,
+            &format!("{field}.apiPort"),
+        )?,
         konnectivity_port: Some(source.port(
             service.konnectivity_port,
             defaults.konnectivity_port,

@@ -13,7 +13,8 @@ use kube::api::{DynamicObject, GroupVersionKind};
 use serde::de::DeserializeOwned;
 
 use crate::api::{
-    self, CLUSTER_NAME_LABEL, ControlPlaneIngress, ControlPlaneIngressSpec, MANAGED_BY_LABEL, MANAGER,
+    self, CLUSTER_NAME_LABEL, ControlPlaneIngress, ControlPlaneIngressSpec, MANAGED_BY_LABEL,
+    MANAGER,
     validation::{FieldError, FieldErrors},
 };
 
@@ -62,32 +63,48 @@ impl SourceKind {
     /// API group and kind.
     pub fn group_kind(self) -> (&'static str, &'static str) {
         match self {
-            SourceKind::K0smotronControlPlane => ("controlplane.cluster.x-k8s.io", "K0smotronControlPlane"),
+            SourceKind::K0smotronControlPlane => {
+                ("controlplane.cluster.x-k8s.io", "K0smotronControlPlane")
+            }
             SourceKind::K0smotronCluster => ("k0smotron.io", "Cluster"),
             SourceKind::ClusterDeployment => ("k0rdent.mirantis.com", "ClusterDeployment"),
             SourceKind::CapiCluster => ("cluster.x-k8s.io", "Cluster"),
             SourceKind::KamajiTenantControlPlane => ("kamaji.clastix.io", "TenantControlPlane"),
-            SourceKind::StewardTenantControlPlane => ("steward.butlerlabs.dev", "TenantControlPlane"),
+            SourceKind::StewardTenantControlPlane => {
+                ("steward.butlerlabs.dev", "TenantControlPlane")
+            }
         }
     }
 
     /// The source kind of an object, from its `apiVersion` and `kind`.
     pub fn of(api_version: &str, kind: &str) -> Option<SourceKind> {
         let group = api_version.rsplit_once('/').map_or("", |(group, _)| group);
-        SourceKind::ALL.into_iter().find(|s| s.group_kind() == (group, kind))
+        SourceKind::ALL
+            .into_iter()
+            .find(|s| s.group_kind() == (group, kind))
     }
 
     /// Where the CPI field `cpi_field` comes from in the source object, so
     /// errors name the field the user wrote.
     fn source_field(self, cpi_field: &str) -> String {
         let renames: &[(&str, &str)] = match self {
-            SourceKind::K0smotronControlPlane | SourceKind::K0smotronCluster => {
-                &[("spec.backend.apiPort", "spec.service.apiPort"), ("spec.backend.konnectivityPort", "spec.service.konnectivityPort")]
-            }
+            SourceKind::K0smotronControlPlane | SourceKind::K0smotronCluster => &[
+                ("spec.backend.apiPort", "spec.service.apiPort"),
+                (
+                    "spec.backend.konnectivityPort",
+                    "spec.service.konnectivityPort",
+                ),
+            ],
             SourceKind::ClusterDeployment => &[
                 ("spec.ingress.", "spec.config.ingress."),
-                ("spec.backend.apiPort", "spec.config.k0smotron.service.apiPort"),
-                ("spec.backend.konnectivityPort", "spec.config.k0smotron.service.konnectivityPort"),
+                (
+                    "spec.backend.apiPort",
+                    "spec.config.k0smotron.service.apiPort",
+                ),
+                (
+                    "spec.backend.konnectivityPort",
+                    "spec.config.k0smotron.service.konnectivityPort",
+                ),
             ],
             _ => &[
                 ("spec.ingress.apiHost", domain::DOMAIN_FIELD),
@@ -97,7 +114,11 @@ impl SourceKind {
         };
         renames
             .iter()
-            .find_map(|(from, to)| cpi_field.strip_prefix(from).map(|rest| format!("{to}{rest}")))
+            .find_map(|(from, to)| {
+                cpi_field
+                    .strip_prefix(from)
+                    .map(|rest| format!("{to}{rest}"))
+            })
             .unwrap_or_else(|| cpi_field.to_string())
     }
 }
@@ -107,16 +128,30 @@ impl SourceKind {
 pub enum SourceError {
     /// The object does not ask for an ingress (block missing or disabled).
     #[error("{object}: {field}: {reason}")]
-    NotRequested { object: String, field: String, reason: String },
+    NotRequested {
+        object: String,
+        field: String,
+        reason: String,
+    },
     /// The object asks for one, with invalid fields.
     #[error("{object}: {errors}")]
     Invalid { object: String, errors: FieldErrors },
     /// The object does not have the shape of its upstream CRD.
     #[error("{object}: failed to read {field}: {source}")]
-    Malformed { object: String, field: String, source: serde_json::Error },
+    Malformed {
+        object: String,
+        field: String,
+        source: serde_json::Error,
+    },
     /// Not a kind hcp-ingress derives from.
-    #[error("{object}: failed to derive a ControlPlaneIngress: {api_version} {kind} is not a supported source kind")]
-    Unsupported { object: String, api_version: String, kind: String },
+    #[error(
+        "{object}: failed to derive a ControlPlaneIngress: {api_version} {kind} is not a supported source kind"
+    )]
+    Unsupported {
+        object: String,
+        api_version: String,
+        kind: String,
+    },
 }
 
 impl SourceError {
@@ -139,26 +174,37 @@ pub fn describe(kind: &str, meta: &ObjectMeta) -> String {
 pub fn derive(obj: &DynamicObject) -> Result<ControlPlaneIngress, SourceError> {
     let types = obj.types.clone().unwrap_or_default();
     let object = describe(&types.kind, &obj.metadata);
-    let kind = SourceKind::of(&types.api_version, &types.kind).ok_or_else(|| SourceError::Unsupported {
-        object: object.clone(),
-        api_version: types.api_version.clone(),
-        kind: types.kind.clone(),
+    let kind = SourceKind::of(&types.api_version, &types.kind).ok_or_else(|| {
+        SourceError::Unsupported {
+            object: object.clone(),
+            api_version: types.api_version.clone(),
+            kind: types.kind.clone(),
+        }
     })?;
     let source = Source { kind, obj, object };
     let spec = match kind {
-        SourceKind::K0smotronControlPlane | SourceKind::K0smotronCluster => k0smotron::spec(&source)?,
-        SourceKind::ClusterDeployment => k0rdent::spec(&source)?,
-        SourceKind::CapiCluster | SourceKind::KamajiTenantControlPlane | SourceKind::StewardTenantControlPlane => {
-            domain::spec(&source)?
+        SourceKind::K0smotronControlPlane | SourceKind::K0smotronCluster => {
+            k0smotron::spec(&source)?
         }
+        SourceKind::ClusterDeployment => k0rdent::spec(&source)?,
+        SourceKind::CapiCluster
+        | SourceKind::KamajiTenantControlPlane
+        | SourceKind::StewardTenantControlPlane => domain::spec(&source)?,
     };
-    let cpi = ControlPlaneIngress { metadata: source.cpi_metadata(&spec), spec, status: None };
+    let cpi = ControlPlaneIngress {
+        metadata: source.cpi_metadata(&spec),
+        spec,
+        status: None,
+    };
     api::validation::validate(&cpi).map_err(|FieldErrors(errors)| SourceError::Invalid {
         object: source.object.clone(),
         errors: FieldErrors(
             errors
                 .into_iter()
-                .map(|e| FieldError { field: kind.source_field(&e.field), message: e.message })
+                .map(|e| FieldError {
+                    field: kind.source_field(&e.field),
+                    message: e.message,
+                })
                 .collect(),
         ),
     })?;
@@ -185,16 +231,24 @@ impl Source<'_> {
     fn read<T: DeserializeOwned>(&self, pointer: &str) -> Result<Option<T>, SourceError> {
         match self.obj.data.pointer(pointer) {
             None | Some(serde_json::Value::Null) => Ok(None),
-            Some(value) => T::deserialize(value).map(Some).map_err(|source| SourceError::Malformed {
-                object: self.object.clone(),
-                field: pointer.trim_start_matches('/').replace('/', "."),
-                source,
-            }),
+            Some(value) => {
+                T::deserialize(value)
+                    .map(Some)
+                    .map_err(|source| SourceError::Malformed {
+                        object: self.object.clone(),
+                        field: pointer.trim_start_matches('/').replace('/', "."),
+                        source,
+                    })
+            }
         }
     }
 
     fn not_requested(&self, field: &str, reason: &str) -> SourceError {
-        SourceError::NotRequested { object: self.object.clone(), field: field.into(), reason: reason.into() }
+        SourceError::NotRequested {
+            object: self.object.clone(),
+            field: field.into(),
+            reason: reason.into(),
+        }
     }
 
     /// The CAPI cluster: the CAPI label, else the owning `Cluster`, else the object's own name.
@@ -206,7 +260,8 @@ impl Source<'_> {
             .cloned()
             .or_else(|| {
                 meta.owner_references.iter().flatten().find_map(|o| {
-                    (o.kind == "Cluster" && o.api_version.starts_with("cluster.x-k8s.io/")).then(|| o.name.clone())
+                    (o.kind == "Cluster" && o.api_version.starts_with("cluster.x-k8s.io/"))
+                        .then(|| o.name.clone())
                 })
             })
             .unwrap_or_else(|| self.name().to_string())
@@ -251,7 +306,10 @@ impl Source<'_> {
             .map(|()| port as i32)
             .map_err(|message| SourceError::Invalid {
                 object: self.object.clone(),
-                errors: FieldErrors(vec![FieldError { field: field.to_string(), message }]),
+                errors: FieldErrors(vec![FieldError {
+                    field: field.to_string(),
+                    message,
+                }]),
             })
     }
 }

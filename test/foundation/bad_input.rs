@@ -10,7 +10,8 @@ metadata: {name: bad, namespace: tenants}
 spec:
   clusterName: bad
 ";
-const BACKEND: &str = "  backend: {serviceName: kmc-bad, apiPort: 30443, konnectivityPort: 30132}\n";
+const BACKEND: &str =
+    "  backend: {serviceName: kmc-bad, apiPort: 30443, konnectivityPort: 30132}\n";
 
 fn cpi(body: &str) -> String {
     format!("{CPI_HEAD}{BACKEND}{body}")
@@ -20,7 +21,11 @@ fn cpi(body: &str) -> String {
 fn cases() -> Vec<(&'static str, String, Vec<&'static str>)> {
     let obj = "ControlPlaneIngress tenants/bad";
     vec![
-        ("empty apiHost", cpi("  ingress: {apiHost: \"\"}"), vec![obj, "spec.ingress.apiHost", "must not be empty"]),
+        (
+            "empty apiHost",
+            cpi("  ingress: {apiHost: \"\"}"),
+            vec![obj, "spec.ingress.apiHost", "must not be empty"],
+        ),
         (
             "upper-case host",
             cpi("  ingress: {apiHost: API.tenant.example.com}"),
@@ -29,9 +34,17 @@ fn cases() -> Vec<(&'static str, String, Vec<&'static str>)> {
         (
             "underscore in host",
             cpi("  ingress: {apiHost: api.t, konnectivityHost: konn_t.example.com}"),
-            vec![obj, "spec.ingress.konnectivityHost", "character '_' is not allowed"],
+            vec![
+                obj,
+                "spec.ingress.konnectivityHost",
+                "character '_' is not allowed",
+            ],
         ),
-        ("port 0", cpi("  ingress: {apiHost: api.t, port: 0}"), vec![obj, "spec.ingress.port", "0 is out of range 1-65535"]),
+        (
+            "port 0",
+            cpi("  ingress: {apiHost: api.t, port: 0}"),
+            vec![obj, "spec.ingress.port", "0 is out of range 1-65535"],
+        ),
         (
             "port 70000",
             cpi("  ingress: {apiHost: api.t, port: 70000}"),
@@ -40,22 +53,41 @@ fn cases() -> Vec<(&'static str, String, Vec<&'static str>)> {
         (
             "unknown flavor",
             cpi("  ingress: {apiHost: api.t}\n  route: {controller: envoy}"),
-            vec![obj, "spec.route.controller", "unknown variant `envoy`", "haproxy-ingress"],
+            vec![
+                obj,
+                "spec.route.controller",
+                "unknown variant `envoy`",
+                "haproxy-ingress",
+            ],
         ),
         (
             "konnectivityHost equal to apiHost",
             cpi("  ingress: {apiHost: api.t, konnectivityHost: api.t}"),
-            vec![obj, "spec.ingress.konnectivityHost", "must differ from spec.ingress.apiHost"],
+            vec![
+                obj,
+                "spec.ingress.konnectivityHost",
+                "must differ from spec.ingress.apiHost",
+            ],
         ),
         (
             "invalid annotation key",
-            cpi("  ingress: {apiHost: api.t, annotations: {\"haproxy.org/ssl passthrough\": \"true\"}}"),
-            vec![obj, "spec.ingress.annotations", "annotation key \"haproxy.org/ssl passthrough\" is invalid"],
+            cpi(
+                "  ingress: {apiHost: api.t, annotations: {\"haproxy.org/ssl passthrough\": \"true\"}}",
+            ),
+            vec![
+                obj,
+                "spec.ingress.annotations",
+                "annotation key \"haproxy.org/ssl passthrough\" is invalid",
+            ],
         ),
         (
             "gateway without parentRefs",
             cpi("  ingress: {apiHost: api.t}\n  route: {controller: gateway}"),
-            vec![obj, "spec.route.gateway.parentRefs", "needs at least one Gateway"],
+            vec![
+                obj,
+                "spec.route.gateway.parentRefs",
+                "needs at least one Gateway",
+            ],
         ),
         (
             "source without ingress block",
@@ -64,7 +96,11 @@ kind: K0smotronControlPlane
 metadata: {name: cp, namespace: tenants}
 spec: {version: v1.33.4-k0s.0}"
                 .into(),
-            vec!["K0smotronControlPlane tenants/cp", "spec.ingress", "missing"],
+            vec![
+                "K0smotronControlPlane tenants/cp",
+                "spec.ingress",
+                "missing",
+            ],
         ),
         (
             "source with ingress disabled",
@@ -75,7 +111,11 @@ spec:
   template: t
   config: {ingress: {enabled: false, apiHost: api.t, konnectivityHost: konn.t}}"
                 .into(),
-            vec!["ClusterDeployment kcm-system/cd", "spec.config.ingress.enabled", "disabled"],
+            vec![
+                "ClusterDeployment kcm-system/cd",
+                "spec.config.ingress.enabled",
+                "disabled",
+            ],
         ),
         (
             "source with an invalid host names the source's own field",
@@ -86,7 +126,11 @@ spec:
   template: t
   config: {ingress: {enabled: true, apiHost: Api.T, konnectivityHost: konn.t}}"
                 .into(),
-            vec!["ClusterDeployment kcm-system/cd", "spec.config.ingress.apiHost", "not a valid RFC 1123 host name"],
+            vec![
+                "ClusterDeployment kcm-system/cd",
+                "spec.config.ingress.apiHost",
+                "not a valid RFC 1123 host name",
+            ],
         ),
         (
             "source with a port out of range",
@@ -97,7 +141,11 @@ spec:
   service: {type: ClusterIP, apiPort: 70000}
   ingress: {apiHost: api.t, konnectivityHost: konn.t}"
                 .into(),
-            vec!["Cluster tenants/km", "spec.service.apiPort", "70000 is out of range"],
+            vec![
+                "Cluster tenants/km",
+                "spec.service.apiPort",
+                "70000 is out of range",
+            ],
         ),
         (
             "domain annotation that is not a domain",
@@ -106,12 +154,18 @@ kind: TenantControlPlane
 metadata: {name: tcp, namespace: tenants, annotations: {hcp-ingress.dev/domain: Example_Com}}
 spec: {controlPlane: {}, kubernetes: {version: v1.33.0}}"
                 .into(),
-            vec!["TenantControlPlane tenants/tcp", "metadata.annotations[hcp-ingress.dev/domain]"],
+            vec![
+                "TenantControlPlane tenants/tcp",
+                "metadata.annotations[hcp-ingress.dev/domain]",
+            ],
         ),
         (
             "unsupported kind",
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: tenants}".into(),
-            vec!["ConfigMap tenants/c", "neither a ControlPlaneIngress nor a supported source"],
+            vec![
+                "ConfigMap tenants/c",
+                "neither a ControlPlaneIngress nor a supported source",
+            ],
         ),
     ]
 }
@@ -119,9 +173,14 @@ spec: {controlPlane: {}, kubernetes: {version: v1.33.0}}"
 #[test]
 fn each_bad_input_gets_a_message_naming_object_and_field() {
     for (case, input, fragments) in cases() {
-        let error = render_documents("input.yaml", &input).expect_err(case).to_string();
+        let error = render_documents("input.yaml", &input)
+            .expect_err(case)
+            .to_string();
         for fragment in fragments {
-            assert!(error.contains(fragment), "{case}: {error:?} lacks {fragment:?}");
+            assert!(
+                error.contains(fragment),
+                "{case}: {error:?} lacks {fragment:?}"
+            );
         }
     }
 }
@@ -139,10 +198,19 @@ fn render_command_exits_2_and_prints_nothing_on_stdout() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        child.stdin.take().unwrap().write_all(format!("{valid}\n---\n{input}").as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(format!("{valid}\n---\n{input}").as_bytes())
+            .unwrap();
         let output = child.wait_with_output().unwrap();
         assert_eq!(output.status.code(), Some(2), "{case}");
-        assert!(output.stdout.is_empty(), "{case}: stdout {:?}", String::from_utf8_lossy(&output.stdout));
+        assert!(
+            output.stdout.is_empty(),
+            "{case}: stdout {:?}",
+            String::from_utf8_lossy(&output.stdout)
+        );
         let stderr = String::from_utf8(output.stderr).unwrap();
         assert!(stderr.contains(fragments[0]), "{case}: {stderr}");
     }
@@ -156,16 +224,31 @@ fn render_reads_files_and_prints_json_lists() {
         .arg(&path)
         .output()
         .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let list: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(list["kind"], "List");
-    let kinds: Vec<_> = list["items"].as_array().unwrap().iter().map(|i| i["kind"].as_str().unwrap()).collect();
+    let kinds: Vec<_> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["kind"].as_str().unwrap())
+        .collect();
     assert_eq!(kinds, ["ControlPlaneIngress", "Ingress"]);
 
     let missing = std::process::Command::new(env!("CARGO_BIN_EXE_hcp-ingress"))
         .args(["render", "-f", "/nonexistent/file.yaml"])
         .output()
         .unwrap();
-    assert_eq!(missing.status.code(), Some(1), "an unreadable file is an I/O failure, not bad input");
-    assert!(String::from_utf8_lossy(&missing.stderr).contains("failed to read /nonexistent/file.yaml"));
+    assert_eq!(
+        missing.status.code(),
+        Some(1),
+        "an unreadable file is an I/O failure, not bad input"
+    );
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("failed to read /nonexistent/file.yaml")
+    );
 }

@@ -30,21 +30,54 @@ fn crd_has_the_names_columns_and_subresources_kubectl_shows() {
     assert_eq!(spec["names"]["shortNames"][0], "cpi");
     let version = &spec["versions"][0];
     assert_eq!(version["name"], "v1alpha1");
-    assert!(version["subresources"]["status"].is_object(), "status subresource");
-    let columns: Vec<_> =
-        version["additionalPrinterColumns"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
-    assert_eq!(columns, ["Cluster", "API host", "Flavor", "Proxy ready", "Ready", "Age"]);
+    assert!(
+        version["subresources"]["status"].is_object(),
+        "status subresource"
+    );
+    let columns: Vec<_> = version["additionalPrinterColumns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        columns,
+        [
+            "Cluster",
+            "API host",
+            "Flavor",
+            "Proxy ready",
+            "Ready",
+            "Age"
+        ]
+    );
     let spec_schema = &version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
     assert_eq!(
         spec_schema["route"]["properties"]["controller"]["enum"],
-        serde_json::json!(["haproxy", "haproxy-ingress", "nginx", "traefik", "gateway", "generic"])
+        serde_json::json!([
+            "haproxy",
+            "haproxy-ingress",
+            "nginx",
+            "traefik",
+            "gateway",
+            "generic"
+        ])
     );
-    assert_eq!(spec_schema["ingress"]["properties"]["port"]["maximum"], 65535.0);
+    assert_eq!(
+        spec_schema["ingress"]["properties"]["port"]["maximum"],
+        65535.0
+    );
 }
 
 #[test]
 fn crd_command_prints_the_committed_file() {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_hcp-ingress")).arg("crd").output().unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_hcp-ingress"))
+        .arg("crd")
+        .output()
+        .unwrap();
     assert!(output.status.success());
-    assert_eq!(String::from_utf8(output.stdout).unwrap(), std::fs::read_to_string(root().join(CRD_FILE)).unwrap());
+    assert_eq!(
+        String::from_utf8(output.stdout).unwrap(),
+        std::fs::read_to_string(root().join(CRD_FILE)).unwrap()
+    );
 }

@@ -7,7 +7,9 @@ use hcp_ingress::{api::Flavor, cli::render_documents, sources::SourceKind};
 use crate::{documents, inputs, root};
 
 fn golden_path(input: &std::path::Path) -> std::path::PathBuf {
-    root().join("test/foundation/golden").join(input.file_name().unwrap())
+    root()
+        .join("test/foundation/golden")
+        .join(input.file_name().unwrap())
 }
 
 #[test]
@@ -49,7 +51,10 @@ fn goldens_cover_every_flavor_and_source_kind() {
     for input in inputs() {
         let text = std::fs::read_to_string(&input).unwrap();
         for doc in documents(&text) {
-            let (api_version, kind) = (doc["apiVersion"].as_str().unwrap(), doc["kind"].as_str().unwrap());
+            let (api_version, kind) = (
+                doc["apiVersion"].as_str().unwrap(),
+                doc["kind"].as_str().unwrap(),
+            );
             if let Some(source) = SourceKind::of(api_version, kind) {
                 kinds.insert(source.flag_name());
             }
@@ -57,20 +62,30 @@ fn goldens_cover_every_flavor_and_source_kind() {
         let rendered = render_documents("x", &text).unwrap();
         for obj in &rendered.objects {
             if obj["kind"] == "ControlPlaneIngress" {
-                let cpi: hcp_ingress::api::ControlPlaneIngress = serde_json::from_value(obj.clone()).unwrap();
+                let cpi: hcp_ingress::api::ControlPlaneIngress =
+                    serde_json::from_value(obj.clone()).unwrap();
                 flavors.insert(cpi.spec.flavor().as_str());
             }
         }
-        for doc in documents(&text).into_iter().filter(|d| d["kind"] == "ControlPlaneIngress") {
+        for doc in documents(&text)
+            .into_iter()
+            .filter(|d| d["kind"] == "ControlPlaneIngress")
+        {
             let cpi: hcp_ingress::api::ControlPlaneIngress = serde_json::from_value(doc).unwrap();
             flavors.insert(cpi.spec.flavor().as_str());
         }
     }
     for flavor in Flavor::ALL {
-        assert!(flavors.contains(flavor.as_str()), "no golden test renders flavor {flavor}");
+        assert!(
+            flavors.contains(flavor.as_str()),
+            "no golden test renders flavor {flavor}"
+        );
     }
     for kind in SourceKind::ALL {
-        assert!(kinds.contains(kind.flag_name()), "no golden test derives from {kind:?}");
+        assert!(
+            kinds.contains(kind.flag_name()),
+            "no golden test derives from {kind:?}"
+        );
     }
 }
 
@@ -79,8 +94,16 @@ fn goldens_cover_every_flavor_and_source_kind() {
 #[test]
 fn each_flavor_carries_its_passthrough_setting() {
     let expectations: &[(&str, &str, &[(&str, &str)])] = &[
-        ("k0smotron-controlplane.yaml", "Ingress", &[("haproxy.org/ssl-passthrough", "true")]),
-        ("k0rdent-clusterdeployment.yaml", "Ingress", &[("haproxy-ingress.github.io/ssl-passthrough", "true")]),
+        (
+            "k0smotron-controlplane.yaml",
+            "Ingress",
+            &[("haproxy.org/ssl-passthrough", "true")],
+        ),
+        (
+            "k0rdent-clusterdeployment.yaml",
+            "Ingress",
+            &[("haproxy-ingress.github.io/ssl-passthrough", "true")],
+        ),
         (
             "k0smotron-cluster.yaml",
             "Ingress",
@@ -95,52 +118,100 @@ fn each_flavor_carries_its_passthrough_setting() {
     for (file, kind, annotations) in expectations {
         let text = std::fs::read_to_string(root().join("templates/examples").join(file)).unwrap();
         let rendered = render_documents(file, &text).unwrap();
-        let route = rendered.objects.iter().find(|o| o["kind"] == *kind).unwrap();
+        let route = rendered
+            .objects
+            .iter()
+            .find(|o| o["kind"] == *kind)
+            .unwrap();
         for (key, value) in *annotations {
-            assert_eq!(route["metadata"]["annotations"][key], *value, "{file}: annotation {key}");
+            assert_eq!(
+                route["metadata"]["annotations"][key], *value,
+                "{file}: annotation {key}"
+            );
         }
-        assert_eq!(route["spec"]["rules"][0]["http"]["paths"][0]["pathType"], "Prefix");
+        assert_eq!(
+            route["spec"]["rules"][0]["http"]["paths"][0]["pathType"],
+            "Prefix"
+        );
     }
 }
 
 #[test]
 fn user_annotations_win_over_flavor_defaults() {
-    let text = std::fs::read_to_string(root().join("test/foundation/fixtures/override-annotation.yaml")).unwrap();
+    let text =
+        std::fs::read_to_string(root().join("test/foundation/fixtures/override-annotation.yaml"))
+            .unwrap();
     let rendered = render_documents("override", &text).unwrap();
     let ingress = &rendered.objects[0];
-    assert_eq!(ingress["metadata"]["annotations"]["haproxy.org/ssl-passthrough"], "false");
+    assert_eq!(
+        ingress["metadata"]["annotations"]["haproxy.org/ssl-passthrough"],
+        "false"
+    );
 }
 
 #[test]
 fn deploy_false_renders_no_route_and_no_konnectivity_host_renders_one_rule() {
-    let text = std::fs::read_to_string(root().join("test/foundation/fixtures/deploy-false.yaml")).unwrap();
-    assert!(render_documents("deploy-false", &text).unwrap().objects.is_empty());
+    let text =
+        std::fs::read_to_string(root().join("test/foundation/fixtures/deploy-false.yaml")).unwrap();
+    assert!(
+        render_documents("deploy-false", &text)
+            .unwrap()
+            .objects
+            .is_empty()
+    );
 
-    let text = std::fs::read_to_string(root().join("test/foundation/fixtures/api-only.yaml")).unwrap();
+    let text =
+        std::fs::read_to_string(root().join("test/foundation/fixtures/api-only.yaml")).unwrap();
     let rendered = render_documents("api-only", &text).unwrap();
-    let kinds: Vec<_> = rendered.objects.iter().map(|o| o["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["Ingress", "TLSRoute"], "one object per flavor, one TLSRoute for one host");
-    assert_eq!(rendered.objects[0]["spec"]["rules"].as_array().unwrap().len(), 1);
+    let kinds: Vec<_> = rendered
+        .objects
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["Ingress", "TLSRoute"],
+        "one object per flavor, one TLSRoute for one host"
+    );
+    assert_eq!(
+        rendered.objects[0]["spec"]["rules"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 #[test]
 fn every_object_is_labelled_and_owned() {
     for input in inputs() {
         let text = std::fs::read_to_string(&input).unwrap();
-        let source_kinds: Vec<String> = documents(&text).iter().map(|d| d["kind"].as_str().unwrap().to_string()).collect();
+        let source_kinds: Vec<String> = documents(&text)
+            .iter()
+            .map(|d| d["kind"].as_str().unwrap().to_string())
+            .collect();
         let rendered = render_documents("x", &text).unwrap();
         for obj in &rendered.objects {
             let meta = &obj["metadata"];
             let name = format!("{} {} in {}", obj["kind"], meta["name"], input.display());
-            assert!(meta["labels"]["cluster.x-k8s.io/cluster-name"].is_string(), "{name}: cluster label");
-            assert_eq!(meta["labels"]["app.kubernetes.io/managed-by"], "hcp-ingress", "{name}");
+            assert!(
+                meta["labels"]["cluster.x-k8s.io/cluster-name"].is_string(),
+                "{name}: cluster label"
+            );
+            assert_eq!(
+                meta["labels"]["app.kubernetes.io/managed-by"], "hcp-ingress",
+                "{name}"
+            );
             match meta["ownerReferences"].as_array() {
                 Some(owners) => {
                     assert_eq!(owners.len(), 1, "{name}");
                     assert_eq!(owners[0]["controller"], true, "{name}");
                     let owner_kind = owners[0]["kind"].as_str().unwrap();
                     if obj["kind"] == "ControlPlaneIngress" {
-                        assert!(source_kinds.iter().any(|k| k == owner_kind), "{name}: owned by its source");
+                        assert!(
+                            source_kinds.iter().any(|k| k == owner_kind),
+                            "{name}: owned by its source"
+                        );
                     } else {
                         assert_eq!(owner_kind, "ControlPlaneIngress", "{name}");
                     }
@@ -148,9 +219,21 @@ fn every_object_is_labelled_and_owned() {
                 // Inputs carry uids; only routes of a ControlPlaneIngress that does not exist yet
                 // (derived from a source) cannot name their owner, and the CLI says so.
                 None => {
-                    assert_ne!(obj["kind"], "ControlPlaneIngress", "{name}: derived object without owner");
-                    assert!(!source_kinds.iter().any(|k| k == "ControlPlaneIngress"), "{name}: not owned");
-                    assert!(rendered.notes.iter().any(|n| n.contains("no ownerReferences")), "{name}: note");
+                    assert_ne!(
+                        obj["kind"], "ControlPlaneIngress",
+                        "{name}: derived object without owner"
+                    );
+                    assert!(
+                        !source_kinds.iter().any(|k| k == "ControlPlaneIngress"),
+                        "{name}: not owned"
+                    );
+                    assert!(
+                        rendered
+                            .notes
+                            .iter()
+                            .any(|n| n.contains("no ownerReferences")),
+                        "{name}: note"
+                    );
                 }
             }
         }

@@ -16,7 +16,11 @@ pub fn root() -> &'static Path {
 /// `../shared/schemas`, the upstream CRDs.
 pub fn upstream_schemas() -> PathBuf {
     let dir = root().join("../shared/schemas");
-    assert!(dir.is_dir(), "{} is missing: CI checks out ../shared beside the repository", dir.display());
+    assert!(
+        dir.is_dir(),
+        "{} is missing: CI checks out ../shared beside the repository",
+        dir.display()
+    );
     dir
 }
 

@@ -20,7 +20,8 @@ fn ours() -> Crd {
 fn crd_for<'a>(crds: &'a [Crd], obj: &serde_json::Value) -> Option<&'a Crd> {
     let api_version = obj["apiVersion"].as_str()?;
     let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-    crds.iter().find(|c| c.group() == group && c.kind() == obj["kind"])
+    crds.iter()
+        .find(|c| c.group() == group && c.kind() == obj["kind"])
 }
 
 /// Validate strictly: unknown fields and CEL rules that cannot be evaluated fail too.
@@ -30,7 +31,12 @@ fn check(crd: &Crd, obj: &serde_json::Value, what: &str) {
         report.violations.is_empty(),
         "{what} does not validate against the {} CRD:\n{}",
         crd.kind(),
-        report.violations.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n")
+        report
+            .violations
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }
 
@@ -42,13 +48,20 @@ fn rendered_third_party_objects_validate_against_upstream_crds() {
         let text = std::fs::read_to_string(&input).unwrap();
         for obj in render_documents("x", &text).unwrap().objects {
             if let Some(crd) = crd_for(&crds, &obj) {
-                check(crd, &obj, &format!("{} from {}", obj["kind"], input.display()));
+                check(
+                    crd,
+                    &obj,
+                    &format!("{} from {}", obj["kind"], input.display()),
+                );
                 *checked.entry(crd.kind().to_string()).or_default() += 1;
             }
         }
     }
     for kind in ["IngressRouteTCP", "TLSRoute"] {
-        assert!(checked.get(kind).copied().unwrap_or(0) > 0, "no rendered {kind} was checked: {checked:?}");
+        assert!(
+            checked.get(kind).copied().unwrap_or(0) > 0,
+            "no rendered {kind} was checked: {checked:?}"
+        );
     }
 }
 
@@ -62,12 +75,16 @@ fn source_fixtures_validate_against_their_upstream_crds() {
             if doc["kind"] == "ControlPlaneIngress" {
                 continue;
             }
-            let crd = crd_for(&crds, &doc).unwrap_or_else(|| panic!("no upstream CRD for {}", input.display()));
+            let crd = crd_for(&crds, &doc)
+                .unwrap_or_else(|| panic!("no upstream CRD for {}", input.display()));
             check(crd, &doc, &input.display().to_string());
             checked += 1;
         }
     }
-    assert!(checked >= 6, "every source kind has a fixture, checked {checked}");
+    assert!(
+        checked >= 6,
+        "every source kind has a fixture, checked {checked}"
+    );
 }
 
 #[test]
@@ -81,8 +98,15 @@ fn our_crd_is_structural_and_accepts_every_rendered_control_plane_ingress() {
         let text = std::fs::read_to_string(&input).unwrap();
         let from_sources = render_documents("x", &text).unwrap().objects.into_iter();
         let written = documents(&text).into_iter();
-        for cpi in from_sources.chain(written).filter(|o| o["kind"] == "ControlPlaneIngress") {
-            check(&crd, &cpi, &format!("ControlPlaneIngress from {}", input.display()));
+        for cpi in from_sources
+            .chain(written)
+            .filter(|o| o["kind"] == "ControlPlaneIngress")
+        {
+            check(
+                &crd,
+                &cpi,
+                &format!("ControlPlaneIngress from {}", input.display()),
+            );
         }
     }
 }
@@ -92,9 +116,22 @@ fn our_crd_is_structural_and_accepts_every_rendered_control_plane_ingress() {
 fn crd_pattern_and_render_agree_on_host_names() {
     let crd = ours();
     let hosts = [
-        "api.example.com", "a", "a-b.c", "0.example.com", "xn--bcher-kva.example", "API.example.com",
-        "api_x.example.com", "-api.example.com", "api-.example.com", "api..example.com", ".api", "api.",
-        "", "a b", "api.example.com:443", "*.example.com",
+        "api.example.com",
+        "a",
+        "a-b.c",
+        "0.example.com",
+        "xn--bcher-kva.example",
+        "API.example.com",
+        "api_x.example.com",
+        "-api.example.com",
+        "api-.example.com",
+        "api..example.com",
+        ".api",
+        "api.",
+        "",
+        "a b",
+        "api.example.com:443",
+        "*.example.com",
     ];
     let long = format!("{}.example.com", "a".repeat(250));
     for host in hosts.iter().copied().chain([long.as_str()]) {
@@ -105,7 +142,10 @@ fn crd_pattern_and_render_agree_on_host_names() {
         });
         let schema_ok = crd.validate_with(&obj, &Options::strict()).is_ok();
         let rust_ok = check_dns1123_subdomain(host).is_ok();
-        assert_eq!(schema_ok, rust_ok, "host {host:?}: CRD says {schema_ok}, render says {rust_ok}");
+        assert_eq!(
+            schema_ok, rust_ok,
+            "host {host:?}: CRD says {schema_ok}, render says {rust_ok}"
+        );
     }
 }
 
@@ -120,11 +160,25 @@ fn crd_cel_rules_reject_equal_hosts_and_gateway_without_parents() {
     let same_hosts = base(json!({"clusterName": "t",
         "ingress": {"apiHost": "a.example.com", "konnectivityHost": "a.example.com"},
         "backend": {"serviceName": "s", "apiPort": 443, "konnectivityPort": 8132}}));
-    let errors = crd.validate_with(&same_hosts, &Options::strict()).unwrap_err();
-    assert!(errors.iter().any(|v| v.message.contains("must differ from spec.ingress.apiHost")), "{errors:?}");
+    let errors = crd
+        .validate_with(&same_hosts, &Options::strict())
+        .unwrap_err();
+    assert!(
+        errors
+            .iter()
+            .any(|v| v.message.contains("must differ from spec.ingress.apiHost")),
+        "{errors:?}"
+    );
 
-    let gateway = base(json!({"clusterName": "t", "ingress": {"apiHost": "a.example.com"},
-        "route": {"controller": "gateway"}, "backend": {"serviceName": "s", "apiPort": 443}}));
+    let gateway = base(
+        json!({"clusterName": "t", "ingress": {"apiHost": "a.example.com"},
+        "route": {"controller": "gateway"}, "backend": {"serviceName": "s", "apiPort": 443}}),
+    );
     let errors = crd.validate_with(&gateway, &Options::strict()).unwrap_err();
-    assert!(errors.iter().any(|v| v.message.contains("needs at least one Gateway")), "{errors:?}");
+    assert!(
+        errors
+            .iter()
+            .any(|v| v.message.contains("needs at least one Gateway")),
+        "{errors:?}"
+    );
 }

@@ -1,0 +1,145 @@
+//! Server-side apply that writes only when needed: at steady state the
+//! controller makes no writes at all.
+
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, DynamicObject, Patch, PatchParams, Preconditions},
+};
+use md5::{Digest, Md5};
+
+use super::{Context, Error};
+use crate::api::MANAGER;
+
+/// Annotation holding a digest of what we last applied, so that a field we
+/// stop setting is noticed (and dropped by the next apply) too.
+pub const APPLIED_DIGEST_ANNOTATION: &str = "hcp-ingress.dev/applied-digest";
+
+/// Digest of an object as we apply it.
+pub fn digest(obj: &DynamicObject) -> String {
+    let bytes = serde_json::to_vec(obj).expect("objects serialize");
+    Md5::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// True when `existing` carries everything `desired` sets and was last
+/// applied from the same `digest` of `desired` (so nothing was dropped since).
+pub fn up_to_date(desired: &DynamicObject, digest: &str, existing: Option<&DynamicObject>) -> bool {
+    let Some(existing) = existing else {
+        return false;
+    };
+    existing
+        .annotations()
+        .get(APPLIED_DIGEST_ANNOTATION)
+        .map(String::as_str)
+        == Some(digest)
+        && is_subset(
+            &serde_json::to_value(desired).unwrap_or_default(),
+            &serde_json::to_value(existing).unwrap_or_default(),
+        )
+}
+
+/// `a ⊆ b`: every field of `a` is in `b` with the same value (lists element by element).
+pub fn is_subset(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Object(a), Value::Object(b)) => a.iter().all(|(k, v)| {
+            b.get(k).is_some_and(|bv| is_subset(v, bv)) || (v.is_null() && !b.contains_key(k))
+        }),
+        (Value::Array(a), Value::Array(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| is_subset(x, y))
+        }
+        (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
+        _ => a == b,
+    }
+}
+
+/// Apply `desired` unless `existing` is already up to date. Returns whether it wrote.
+pub async fn apply(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    mut desired: DynamicObject,
+    existing: Option<&DynamicObject>,
+) -> Result<bool, Error> {
+    let digest = digest(&desired);
+    if up_to_date(&desired, &digest, existing) {
+        return Ok(false);
+    }
+    desired
+        .annotations_mut()
+        .insert(APPLIED_DIGEST_ANNOTATION.into(), digest);
+    ctx.leader.ensure_leader()?;
+    let name = desired.name_any();
+    let kind = desired
+        .types
+        .as_ref()
+        .map(|t| t.kind.clone())
+        .unwrap_or_default();
+    ctx.metrics.write(&kind, "apply");
+    api.patch(
+        &name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&desired),
+    )
+    .await
+    .map_err(|source| Error::Apply { kind, name, source })?;
+    Ok(true)
+}
+
+/// Delete an object we own, only if it is still the one we saw (uid precondition).
+pub async fn delete(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    obj: &DynamicObject,
+) -> Result<(), Error> {
+    ctx.leader.ensure_leader()?;
+    let name = obj.name_any();
+    let kind = obj
+        .types
+        .as_ref()
+        .map(|t| t.kind.clone())
+        .unwrap_or_default();
+    ctx.metrics.write(&kind, "delete");
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: obj.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
+    match api.delete(&name, &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(source) => Err(Error::Delete { kind, name, source }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::is_subset;
+
+    #[test]
+    fn subset_ignores_fields_added_by_the_server() {
+        let desired = json!({"metadata": {"name": "a", "labels": {"x": "1"}}, "spec": {"rules": [{"host": "h"}]}});
+        let existing = json!({"metadata": {"name": "a", "uid": "u", "labels": {"x": "1", "y": "2"}},
+                              "spec": {"rules": [{"host": "h", "extra": true}]}, "status": {}});
+        assert!(is_subset(&desired, &existing));
+    }
+
+    #[test]
+    fn subset_notices_changed_values_and_list_lengths() {
+        let existing = json!({"spec": {"rules": [{"host": "h"}], "port": 443}});
+        assert!(!is_subset(&json!({"spec": {"port": 444}}), &existing));
+        assert!(!is_subset(
+            &json!({"spec": {"rules": [{"host": "h"}, {"host": "k"}]}}),
+            &existing
+        ));
+        assert!(
+            is_subset(&json!({"spec": {"port": 443.0}}), &existing),
+            "443 == 443.0 after a JSON round trip"
+        );
+    }
+}

@@ -1,0 +1,225 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease. Every write of the
+//! controller checks [`Leader::ensure_leader`], so a replica that lost the
+//! lease stops writing at once; on shutdown the holder releases the lease so
+//! a standby takes over without waiting for it to expire.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use k8s_openapi::{
+    api::coordination::v1::{Lease, LeaseSpec},
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client,
+    api::{PostParams, ResourceExt},
+};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::Error;
+
+/// Whether this replica may write, shared by every task of the controller.
+#[derive(Clone)]
+pub struct Leader {
+    state: Arc<watch::Sender<bool>>,
+    elected: Arc<AtomicBool>,
+}
+
+impl Leader {
+    /// A leader without election (single replica, `--leader-elect=false`).
+    pub fn always() -> Leader {
+        let (tx, _) = watch::channel(true);
+        Leader {
+            state: Arc::new(tx),
+            elected: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
+    fn candidate() -> Leader {
+        let (tx, _) = watch::channel(false);
+        Leader {
+            state: Arc::new(tx),
+            elected: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// True while this replica holds the lease.
+    pub fn is_leader(&self) -> bool {
+        self.elected.load(Ordering::Acquire)
+    }
+
+    /// The write gate: an error unless this replica holds the lease.
+    pub fn ensure_leader(&self) -> Result<(), Error> {
+        if self.is_leader() {
+            Ok(())
+        } else {
+            Err(Error::NotLeader)
+        }
+    }
+
+    /// Resolves once this replica holds the lease.
+    pub async fn acquired(&self) {
+        let mut rx = self.state.subscribe();
+        let _ = rx.wait_for(|leader| *leader).await;
+    }
+
+    /// Resolves once this replica no longer holds the lease.
+    pub async fn lost(&self) {
+        let mut rx = self.state.subscribe();
+        let _ = rx.wait_for(|leader| !*leader).await;
+    }
+
+    fn set(&self, leader: bool) {
+        self.elected.store(leader, Ordering::Release);
+        self.state.send_replace(leader);
+    }
+}
+
+/// Lease settings (the controller-runtime defaults: 15 s, 10 s, 2 s).
+#[derive(Clone, Debug)]
+pub struct LeaseConfig {
+    /// Lease name.
+    pub name: String,
+    /// Lease namespace.
+    pub namespace: String,
+    /// This replica's identity (pod name).
+    pub identity: String,
+    /// How long a lease is valid without renewal.
+    pub lease_duration: Duration,
+    /// Give up leadership when renewals have failed this long.
+    pub renew_deadline: Duration,
+    /// Time between attempts.
+    pub retry_period: Duration,
+}
+
+/// Start campaigning; the returned [`Leader`] flips as the lease is won and lost.
+/// When `shutdown` is cancelled the lease is released and the task ends.
+pub fn campaign(
+    client: Client,
+    config: LeaseConfig,
+    shutdown: CancellationToken,
+) -> (Leader, tokio::task::JoinHandle<()>) {
+    let leader = Leader::candidate();
+    let task = tokio::spawn(run(client, config, leader.clone(), shutdown));
+    (leader, task)
+}
+
+async fn run(client: Client, config: LeaseConfig, leader: Leader, shutdown: CancellationToken) {
+    let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+    let mut last_renewal = tokio::time::Instant::now();
+    loop {
+        match try_acquire_or_renew(&api, &config).await {
+            Ok(true) => {
+                if !leader.is_leader() {
+                    tracing::info!(lease = %config.name, identity = %config.identity, "became leader");
+                }
+                last_renewal = tokio::time::Instant::now();
+                leader.set(true);
+            }
+            Ok(false) => leader.set(false),
+            Err(error) => {
+                tracing::warn!(%error, lease = %config.name, "failed to renew the lease");
+                if leader.is_leader() && last_renewal.elapsed() > config.renew_deadline {
+                    tracing::error!(lease = %config.name, "lost leadership: renewals failed past the deadline");
+                    leader.set(false);
+                }
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep(config.retry_period) => {}
+        }
+    }
+    if leader.is_leader() {
+        leader.set(false);
+        match release(&api, &config).await {
+            Ok(()) => tracing::info!(lease = %config.name, "released the lease"),
+            Err(error) => tracing::warn!(%error, "failed to release the lease"),
+        }
+    }
+}
+
+/// One round: Ok(true) when we hold the lease afterwards.
+async fn try_acquire_or_renew(api: &Api<Lease>, config: &LeaseConfig) -> Result<bool, kube::Error> {
+    let now = Timestamp::now();
+    let Some(mut lease) = api.get_opt(&config.name).await? else {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(config.name.clone()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(held_by(config, now, None)),
+        };
+        return match api.create(&PostParams::default(), &lease).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false), // another replica was faster
+            Err(e) => Err(e),
+        };
+    };
+    let spec = lease.spec.clone().unwrap_or_default();
+    let holder = spec.holder_identity.clone().unwrap_or_default();
+    let expired = match (spec.renew_time.as_ref(), spec.lease_duration_seconds) {
+        (Some(MicroTime(renewed)), Some(seconds)) => {
+            now > renewed
+                .checked_add(jiff::SignedDuration::from_secs(seconds.into()))
+                .unwrap_or(*renewed)
+        }
+        _ => true,
+    };
+    if holder != config.identity && !holder.is_empty() && !expired {
+        return Ok(false);
+    }
+    let acquired = if holder == config.identity {
+        spec.acquire_time.clone()
+    } else {
+        None
+    };
+    let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(holder != config.identity);
+    let mut new_spec = held_by(config, now, acquired);
+    new_spec.lease_transitions = Some(transitions);
+    lease.spec = Some(new_spec);
+    // `replace` carries the resourceVersion we read: two replicas cannot both win.
+    match api
+        .replace(&lease.name_any(), &PostParams::default(), &lease)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+fn held_by(config: &LeaseConfig, now: Timestamp, acquired: Option<MicroTime>) -> LeaseSpec {
+    LeaseSpec {
+        holder_identity: Some(config.identity.clone()),
+        lease_duration_seconds: Some(config.lease_duration.as_secs().max(1) as i32),
+        acquire_time: Some(acquired.unwrap_or(MicroTime(now))),
+        renew_time: Some(MicroTime(now)),
+        ..LeaseSpec::default()
+    }
+}
+
+/// Hand the lease over: empty holder, so a standby acquires it on its next try.
+async fn release(api: &Api<Lease>, config: &LeaseConfig) -> Result<(), kube::Error> {
+    let Some(mut lease) = api.get_opt(&config.name).await? else {
+        return Ok(());
+    };
+    let Some(spec) = lease.spec.as_mut() else {
+        return Ok(());
+    };
+    if spec.holder_identity.as_deref() != Some(&config.identity) {
+        return Ok(());
+    }
+    spec.holder_identity = None;
+    spec.lease_duration_seconds = Some(1);
+    api.replace(&config.name, &PostParams::default(), &lease)
+        .await
+        .map(drop)
+}

@@ -1,0 +1,434 @@
+//! One reconciliation of a ControlPlaneIngress, as stages:
+//! fetch (stores, no API reads) → validate and build (pure, `render`) →
+//! apply (server-side apply, only what differs) → status.
+
+use std::{collections::BTreeSet, sync::Arc, time::Instant};
+
+use k8s_openapi::{
+    api::core::v1::Secret, apimachinery::pkg::apis::meta::v1::OwnerReference, jiff::Timestamp,
+};
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{DynamicObject, Patch, PatchParams},
+    runtime::{controller::Action, events::EventType, reflector::ObjectRef},
+};
+use serde_json::json;
+
+use super::{
+    Context, Error, apply, probe,
+    status::{self, Desired, types},
+};
+use crate::{
+    api::{ControlPlaneIngress, ControlPlaneIngressStatus, MANAGER},
+    render::{self, RenderError, RouteKind},
+};
+
+/// CAPI's pause annotation.
+pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
+
+/// Condition types this stage owns; the workload side owns the others.
+const MANAGEMENT_CONDITIONS: [&str; 5] = [
+    types::READY,
+    types::ROUTE_READY,
+    types::ENDPOINT_REACHABLE,
+    types::CERTIFICATE_COVERS_HOSTS,
+    types::PAUSED,
+];
+
+/// Entry point for the kube-runtime Controller.
+pub async fn reconcile(cpi: Arc<ControlPlaneIngress>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let _in_flight = ctx.metrics.in_flight();
+    let started = Instant::now();
+    let result = reconcile_stages(&cpi, &ctx).await;
+    ctx.metrics.reconciled(
+        started.elapsed(),
+        result.as_ref().map(drop).map_err(Error::metric_label),
+    );
+    match &result {
+        Ok(_) => ctx.backoff.reset(&key(&cpi)),
+        Err(Error::NotLeader) => {}
+        Err(error) => {
+            tracing::warn!(object = %render::describe(&cpi), %error, "reconcile failed");
+            ctx.event(
+                cpi.as_ref(),
+                EventType::Warning,
+                error.metric_label_camel(),
+                "Reconcile",
+                error.to_string(),
+            )
+            .await;
+        }
+    }
+    result
+}
+
+/// kube-runtime's error policy: per-object exponential backoff.
+pub fn error_policy(cpi: Arc<ControlPlaneIngress>, _error: &Error, ctx: Arc<Context>) -> Action {
+    Action::requeue(ctx.backoff.next(&key(&cpi)))
+}
+
+fn key(cpi: &ControlPlaneIngress) -> String {
+    format!("{}/{}", cpi.namespace().unwrap_or_default(), cpi.name_any())
+}
+
+async fn reconcile_stages(cpi: &ControlPlaneIngress, ctx: &Context) -> Result<Action, Error> {
+    // Fetch: everything from the watch caches.
+    ctx.caches_ready().await?;
+    let cluster = ctx.cluster_of(cpi);
+    if let Some(reason) = paused(cpi, cluster.as_deref()) {
+        let conditions = vec![Desired::ok(types::PAUSED, "Paused", reason)];
+        write_status(ctx, cpi, &conditions, true).await?;
+        return Ok(Action::await_change());
+    }
+
+    // Validate and build: pure.
+    let desired = match render::management(cpi) {
+        Ok(objects) => objects,
+        Err(RenderError::Invalid { errors, .. }) => {
+            let message = format!("invalid spec, nothing was changed: {errors}");
+            ctx.event(
+                cpi,
+                EventType::Warning,
+                "InvalidSpec",
+                "Validate",
+                message.clone(),
+            )
+            .await;
+            let conditions = vec![Desired::failed(types::ROUTE_READY, "InvalidSpec", message)];
+            write_status(ctx, cpi, &conditions, false).await?;
+            return Ok(Action::await_change());
+        }
+        Err(other) => return Err(other.into()),
+    };
+
+    // Apply.
+    let mut conditions = Vec::new();
+    let mut blockers = Vec::new();
+    if let Some(owner) = cluster_owner(cpi, cluster.as_deref()) {
+        ensure_owner(ctx, cpi, owner).await?;
+    } else if ctx.capi_installed() && cluster.is_none() {
+        blockers.push(Desired::failed(
+            "Cluster",
+            "ClusterNotFound",
+            format!(
+                "Cluster {} not found in namespace {}",
+                cpi.spec.cluster_name,
+                cpi.namespace().unwrap_or_default()
+            ),
+        ));
+    }
+    let flavor = cpi.spec.flavor();
+    let kind = RouteKind::of(flavor);
+    conditions.push(if !cpi.spec.ingress.deploy {
+        Desired::ok(types::ROUTE_READY, "DeployDisabled", "spec.ingress.deploy is false: no route is managed")
+    } else if let Some(store) = ctx.routes.get(&kind) {
+        let api = ctx.route_api(kind, cpi);
+        let mut names = Vec::new();
+        for object in desired.iter().cloned() {
+            let existing = store.get(&ObjectRef::from_obj_with(&object, kind.api_resource()));
+            names.push(object.name_any());
+            apply::apply(ctx, &api, object, existing.as_deref()).await?;
+        }
+        Desired::ok(types::ROUTE_READY, "Applied", format!("{} {} ({flavor})", kind.gvk().kind, names.join(", ")))
+    } else {
+        let gvk = kind.gvk();
+        let message = format!(
+            "{} ({}/{}) is not installed in the management cluster: install its CRD for the {flavor} flavor; the route is created as soon as it is",
+            gvk.kind, gvk.group, gvk.version
+        );
+        ctx.event(cpi, EventType::Warning, "RouteKindNotInstalled", "Apply", message.clone()).await;
+        Desired::failed(types::ROUTE_READY, "RouteKindNotInstalled", message)
+    });
+    delete_stale(ctx, cpi, &desired).await?;
+
+    // Check through the ingress.
+    let route_ok = conditions.iter().all(|c| c.status == status::Status::True);
+    conditions.extend(probe_conditions(ctx, cpi, route_ok).await);
+    let healthy =
+        conditions.iter().all(|c| c.status == status::Status::True) && blockers.is_empty();
+    conditions.extend(blockers);
+    write_status(ctx, cpi, &conditions, false).await?;
+    Ok(Action::requeue(if healthy {
+        ctx.settings.resync
+    } else {
+        ctx.settings.retry
+    }))
+}
+
+/// Why reconciliation is paused, if it is: the Cluster's `spec.paused` or the
+/// CAPI pause annotation on the Cluster or the ControlPlaneIngress.
+pub fn paused(cpi: &ControlPlaneIngress, cluster: Option<&DynamicObject>) -> Option<String> {
+    if cpi.annotations().contains_key(PAUSED_ANNOTATION) {
+        return Some(format!(
+            "the ControlPlaneIngress carries {PAUSED_ANNOTATION}"
+        ));
+    }
+    let cluster = cluster?;
+    if cluster.annotations().contains_key(PAUSED_ANNOTATION) {
+        return Some(format!(
+            "Cluster {} carries {PAUSED_ANNOTATION}",
+            cluster.name_any()
+        ));
+    }
+    (cluster.data.pointer("/spec/paused") == Some(&json!(true)))
+        .then(|| format!("Cluster {} has spec.paused: true", cluster.name_any()))
+}
+
+/// The owner reference to the CAPI Cluster (GC and `clusterctl move`), when it
+/// is missing. A ControlPlaneIngress derived from a source gets it from the
+/// source adapter instead, which owns its metadata.
+fn cluster_owner(
+    cpi: &ControlPlaneIngress,
+    cluster: Option<&DynamicObject>,
+) -> Option<OwnerReference> {
+    let cluster = cluster?;
+    let uid = cluster.uid()?;
+    let owners = cpi.owner_references();
+    let derived = owners.iter().any(|o| o.controller == Some(true));
+    if derived || owners.iter().any(|o| o.uid == uid) {
+        return None;
+    }
+    Some(cluster_reference(cluster, uid))
+}
+
+/// A non-controller owner reference to a CAPI Cluster.
+pub fn cluster_reference(cluster: &DynamicObject, uid: String) -> OwnerReference {
+    let types = cluster.types.clone().unwrap_or_default();
+    OwnerReference {
+        api_version: types.api_version,
+        kind: types.kind,
+        name: cluster.name_any(),
+        uid,
+        controller: Some(false),
+        block_owner_deletion: Some(true),
+    }
+}
+
+async fn ensure_owner(
+    ctx: &Context,
+    cpi: &ControlPlaneIngress,
+    owner: OwnerReference,
+) -> Result<(), Error> {
+    ctx.leader.ensure_leader()?;
+    let api: Api<ControlPlaneIngress> =
+        Api::namespaced(ctx.client.clone(), &cpi.namespace().unwrap_or_default());
+    let patch = json!({
+        "apiVersion": ControlPlaneIngress::api_version(&()),
+        "kind": ControlPlaneIngress::kind(&()),
+        "metadata": {"name": cpi.name_any(), "ownerReferences": [owner]},
+    });
+    ctx.metrics.write("ControlPlaneIngress", "apply");
+    api.patch(
+        &cpi.name_any(),
+        &PatchParams::apply(MANAGER),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map(drop)
+    .map_err(|source| Error::Owner {
+        object: render::describe(cpi),
+        source,
+    })
+}
+
+/// Delete route objects this ControlPlaneIngress controls that it no longer
+/// wants (flavor switched, `deploy: false`, konnectivity host removed). Only
+/// objects whose controller reference is this very object are candidates.
+async fn delete_stale(
+    ctx: &Context,
+    cpi: &ControlPlaneIngress,
+    desired: &[DynamicObject],
+) -> Result<(), Error> {
+    let Some(uid) = cpi.uid() else { return Ok(()) };
+    let wanted: BTreeSet<(String, String)> = desired
+        .iter()
+        .map(|o| {
+            (
+                o.types.as_ref().map(|t| t.kind.clone()).unwrap_or_default(),
+                o.name_any(),
+            )
+        })
+        .collect();
+    for (kind, store) in &ctx.routes {
+        let stale = store.state_filter(|o| {
+            o.namespace() == cpi.namespace()
+                && o.owner_references()
+                    .iter()
+                    .any(|r| r.controller == Some(true) && r.uid == uid)
+                && !wanted.contains(&(kind.gvk().kind, o.name_any()))
+        });
+        let api = ctx.route_api(*kind, cpi);
+        for object in stale {
+            tracing::info!(object = %render::describe(cpi), kind = %kind.gvk().kind, name = %object.name_any(), "deleting a route object no longer wanted");
+            apply::delete(ctx, &api, &object).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn probe_conditions(
+    ctx: &Context,
+    cpi: &ControlPlaneIngress,
+    route_ok: bool,
+) -> Vec<Desired> {
+    if !ctx.settings.probe_endpoints {
+        let message = "endpoint probes are disabled (--probe-endpoints=false)";
+        return vec![
+            Desired::ok(types::ENDPOINT_REACHABLE, "ProbesDisabled", message),
+            Desired::ok(types::CERTIFICATE_COVERS_HOSTS, "ProbesDisabled", message),
+        ];
+    }
+    if !route_ok {
+        let message = "waiting for the route";
+        return vec![
+            Desired::unknown(types::ENDPOINT_REACHABLE, "RouteNotReady", message),
+            Desired::unknown(types::CERTIFICATE_COVERS_HOSTS, "RouteNotReady", message),
+        ];
+    }
+    let spec = &cpi.spec;
+    let addresses = spec
+        .proxy
+        .as_ref()
+        .map(|p| p.upstreams.clone())
+        .unwrap_or_default();
+    let port = spec.ingress.port as u16;
+    let mut hosts = vec![spec.ingress.api_host.clone()];
+    hosts.extend(spec.ingress.konnectivity_host.clone());
+    let mut chains = Vec::new();
+    for host in &hosts {
+        match probe::handshake(host, port, &addresses, ctx.settings.probe_timeout).await {
+            Ok(handshake) => chains.push((host.clone(), handshake.address, handshake.chain)),
+            Err(failure) => {
+                return vec![
+                    Desired::failed(types::ENDPOINT_REACHABLE, failure.reason, failure.message),
+                    Desired::unknown(
+                        types::CERTIFICATE_COVERS_HOSTS,
+                        "EndpointNotReachable",
+                        format!("no certificate seen for {host}"),
+                    ),
+                ];
+            }
+        }
+    }
+    let seen: Vec<String> = chains
+        .iter()
+        .map(|(host, address, _)| format!("{host} via {address}"))
+        .collect();
+    let reachable = Desired::ok(
+        types::ENDPOINT_REACHABLE,
+        "HandshakeSucceeded",
+        format!(
+            "TLS handshake through the ingress succeeded: {}",
+            seen.join(", ")
+        ),
+    );
+    let covers = match ca_certificate(ctx, cpi).await {
+        Err(message) => {
+            Desired::unknown(types::CERTIFICATE_COVERS_HOSTS, "CANotAvailable", message)
+        }
+        Ok(ca) => match chains
+            .iter()
+            .map(|(host, _, chain)| probe::covers(chain, host, &ca))
+            .find_map(Result::err)
+        {
+            None => Desired::ok(
+                types::CERTIFICATE_COVERS_HOSTS,
+                "Verified",
+                "the served certificates name every host and chain to the cluster CA",
+            ),
+            Some(message) => Desired::failed(
+                types::CERTIFICATE_COVERS_HOSTS,
+                "CertificateMismatch",
+                message,
+            ),
+        },
+    };
+    vec![reachable, covers]
+}
+
+/// `tls.crt` of Secret `<cluster>-ca` (CAPI's cluster CA). Only the certificate is read.
+async fn ca_certificate(ctx: &Context, cpi: &ControlPlaneIngress) -> Result<Vec<u8>, String> {
+    let namespace = cpi.namespace().unwrap_or_default();
+    let name = format!("{}-ca", cpi.spec.cluster_name);
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    match api.get_opt(&name).await {
+        Ok(Some(secret)) => secret
+            .data
+            .and_then(|mut d| d.remove("tls.crt"))
+            .map(|b| b.0)
+            .ok_or_else(|| format!("Secret {namespace}/{name} has no tls.crt")),
+        Ok(None) => Err(format!(
+            "Secret {namespace}/{name} not found: cannot check the served certificate"
+        )),
+        Err(e) => Err(format!("failed to read Secret {namespace}/{name}: {e}")),
+    }
+}
+
+/// Merge our conditions into the status and write it, only when it changed.
+async fn write_status(
+    ctx: &Context,
+    cpi: &ControlPlaneIngress,
+    desired: &[Desired],
+    paused: bool,
+) -> Result<(), Error> {
+    let current = cpi.status.clone().unwrap_or_default();
+    let mut all = desired.to_vec();
+    if !paused {
+        all.push(Desired::failed(types::PAUSED, "NotPaused", "reconciling"));
+    }
+    let summary = if paused {
+        Desired::unknown(types::READY, "Paused", "reconciliation is paused")
+    } else {
+        // Conditions owned by the workload side count too.
+        let mut inputs = all.clone();
+        inputs.extend(
+            current
+                .conditions
+                .iter()
+                .filter(|c| !MANAGEMENT_CONDITIONS.contains(&c.type_.as_str()))
+                .map(Desired::from_condition),
+        );
+        inputs.retain(|c| c.type_ != types::PAUSED);
+        status::summarize(&inputs)
+    };
+    all.push(summary);
+    // Blockers ("Cluster") feed the summary only.
+    all.retain(|c| c.type_ != "Cluster");
+    let keep_others = |t: &str| !MANAGEMENT_CONDITIONS.contains(&t);
+    let conditions = status::merge(
+        &current.conditions,
+        &all,
+        cpi.metadata.generation,
+        Timestamp::now(),
+        keep_others,
+    );
+    let spec = &cpi.spec;
+    let new = ControlPlaneIngressStatus {
+        observed_generation: cpi.metadata.generation,
+        conditions,
+        flavor: Some(spec.flavor()),
+        endpoint: Some(format!(
+            "https://{}:{}",
+            spec.ingress.api_host, spec.ingress.port
+        )),
+        proxy: current.proxy.clone(),
+    };
+    if current == new {
+        return Ok(());
+    }
+    ctx.leader.ensure_leader()?;
+    let api: Api<ControlPlaneIngress> =
+        Api::namespaced(ctx.client.clone(), &cpi.namespace().unwrap_or_default());
+    ctx.metrics.write("ControlPlaneIngress", "status");
+    api.patch_status(
+        &cpi.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": new})),
+    )
+    .await
+    .map(drop)
+    .map_err(|source| Error::Status {
+        object: render::describe(cpi),
+        source,
+    })
+}

@@ -1,0 +1,537 @@
+//! Wiring: discovery of the installed kinds, the watches, leader election,
+//! the admin endpoints, and restarts when a relevant CRD comes or goes.
+
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use futures::{StreamExt, future::join_all};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ApiResource, DynamicObject},
+    discovery,
+    runtime::{
+        Controller, WatchStreamExt,
+        controller::Config,
+        events::{Recorder, Reporter},
+        reflector::{self, ObjectRef},
+        watcher,
+    },
+};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    Backoff, Context, ControllerArgs, Error, Leader, LeaseConfig, Metrics, Timing, leader,
+    reconcile::{error_policy, reconcile},
+    sources,
+};
+use crate::{api::ControlPlaneIngress, render::RouteKind, sources::SourceKind, telemetry::admin};
+
+/// Everything `run` needs, from flags or from a test.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Watch only this namespace.
+    pub namespace: Option<String>,
+    /// Label selector on ControlPlaneIngresses and source objects.
+    pub watch_filter: Option<String>,
+    /// Reconciliations at once.
+    pub concurrency: u16,
+    /// Source kinds enabled (those not installed are skipped).
+    pub sources: Vec<SourceKind>,
+    /// Leader election; `None`: this replica always writes.
+    pub lease: Option<LeaseConfig>,
+    /// `/healthz` and `/readyz`.
+    pub health_addr: Option<SocketAddr>,
+    /// `/metrics`.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Timing.
+    pub timing: Timing,
+    /// How often discovery is repeated even without CRD events.
+    pub rediscover: Duration,
+}
+
+impl Settings {
+    /// Settings from command-line flags; an error names the bad flag value.
+    pub fn from_args(args: &ControllerArgs) -> Result<Settings, String> {
+        let sources = parse_sources(&args.sources)?;
+        let identity = std::env::var("POD_NAME")
+            .or_else(|_| std::env::var("HOSTNAME"))
+            .unwrap_or_else(|_| format!("hcp-ingress-{}", std::process::id()));
+        let lease_duration = Duration::from_secs(args.lease_duration_seconds.max(2));
+        Ok(Settings {
+            namespace: Some(args.namespace.clone()).filter(|n| !n.is_empty()),
+            watch_filter: args.watch_filter.clone().filter(|f| !f.is_empty()),
+            concurrency: args.concurrency.max(1),
+            sources,
+            lease: args.leader_elect.then(|| LeaseConfig {
+                name: args.leader_election_id.clone(),
+                namespace: args.leader_election_namespace.clone(),
+                identity,
+                lease_duration,
+                renew_deadline: lease_duration * 2 / 3,
+                retry_period: lease_duration / 7,
+            }),
+            health_addr: Some(args.health_addr),
+            metrics_addr: Some(args.metrics_addr),
+            timing: Timing {
+                resync: Duration::from_secs(args.resync_seconds.max(1)),
+                retry: Duration::from_secs(30),
+                probe_timeout: Duration::from_secs(5),
+                probe_endpoints: args.probe_endpoints,
+            },
+            rediscover: Duration::from_secs(60),
+        })
+    }
+
+    /// Settings for tests and benchmarks: no admin ports, no election, no probes.
+    pub fn for_tests() -> Settings {
+        Settings {
+            namespace: None,
+            watch_filter: None,
+            concurrency: 10,
+            sources: SourceKind::ALL.to_vec(),
+            lease: None,
+            health_addr: None,
+            metrics_addr: None,
+            timing: Timing {
+                resync: Duration::from_secs(300),
+                retry: Duration::from_secs(2),
+                probe_timeout: Duration::from_secs(2),
+                probe_endpoints: false,
+            },
+            rediscover: Duration::from_secs(60),
+        }
+    }
+}
+
+/// `--sources` values to kinds.
+pub fn parse_sources(values: &[String]) -> Result<Vec<SourceKind>, String> {
+    let mut kinds = Vec::new();
+    for value in values.iter().map(|v| v.trim()).filter(|v| !v.is_empty()) {
+        match value {
+            "all" => kinds.extend(SourceKind::ALL),
+            "none" => {}
+            name => kinds.push(
+                SourceKind::ALL
+                    .into_iter()
+                    .find(|k| k.flag_name() == name)
+                    .ok_or_else(|| {
+                        let known: Vec<_> = SourceKind::ALL.iter().map(|k| k.flag_name()).collect();
+                        format!(
+                            "--sources: unknown source {name:?}: use all, none or any of {}",
+                            known.join(", ")
+                        )
+                    })?,
+            ),
+        }
+    }
+    kinds.dedup();
+    Ok(kinds)
+}
+
+/// What the admin endpoints see.
+struct AdminState {
+    synced: AtomicBool,
+    leader: std::sync::OnceLock<Leader>,
+    metrics: Arc<Metrics>,
+}
+
+impl admin::Health for AdminState {
+    fn ready(&self) -> bool {
+        // A standby replica is healthy and ready to take over; the leader is
+        // ready once its watch caches are filled.
+        self.synced.load(Ordering::Acquire) || self.leader.get().is_some_and(|l| !l.is_leader())
+    }
+    fn not_ready_reason(&self) -> String {
+        "not ready: the initial watches have not synced\n".into()
+    }
+    fn metrics(&self) -> String {
+        self.metrics.encode()
+    }
+}
+
+/// Cancel `token` on SIGTERM or Ctrl-C.
+pub async fn cancel_on_signal(token: CancellationToken) {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("signal handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("shutting down");
+    token.cancel();
+}
+
+/// Run the controller until `shutdown` is cancelled.
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    let metrics = Arc::new(Metrics::default());
+    let state = Arc::new(AdminState {
+        synced: AtomicBool::new(false),
+        leader: Default::default(),
+        metrics: metrics.clone(),
+    });
+    for addr in [settings.health_addr, settings.metrics_addr]
+        .into_iter()
+        .flatten()
+    {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| Error::Start(format!("failed to listen on {addr}: {e}")))?;
+        tokio::spawn(admin::serve(
+            listener,
+            state.clone(),
+            shutdown.clone().cancelled_owned(),
+        ));
+    }
+    let election_token = CancellationToken::new();
+    let (leader, election) = match settings.lease.clone() {
+        Some(config) => {
+            let (leader, task) = leader::campaign(client.clone(), config, election_token.clone());
+            (leader, Some(task))
+        }
+        None => (Leader::always(), None),
+    };
+    let _ = state.leader.set(leader.clone());
+
+    while !shutdown.is_cancelled() {
+        tokio::select! {
+            _ = leader.acquired() => {}
+            _ = shutdown.cancelled() => break,
+        }
+        let installed = discover(&client, &settings.sources).await;
+        tracing::info!(routes = ?installed.routes.keys().collect::<Vec<_>>(), sources = ?installed.sources.iter().map(|s| s.0).collect::<Vec<_>>(), capi = installed.cluster.is_some(), "starting watches");
+        let generation = shutdown.child_token();
+        let rediscovery = tokio::spawn(restart_on_change(
+            client.clone(),
+            settings.clone(),
+            installed.clone(),
+            generation.clone(),
+        ));
+        let lost = {
+            let (leader, generation) = (leader.clone(), generation.clone());
+            tokio::spawn(async move {
+                tokio::select! { _ = leader.lost() => generation.cancel(), _ = generation.cancelled() => {} }
+            })
+        };
+        run_controllers(
+            &client,
+            &installed,
+            &settings,
+            &metrics,
+            &leader,
+            &state,
+            generation.clone(),
+        )
+        .await;
+        generation.cancel();
+        let _ = rediscovery.await;
+        let _ = lost.await;
+        state.synced.store(false, Ordering::Release);
+    }
+    election_token.cancel();
+    if let Some(task) = election {
+        let _ = task.await;
+    }
+    Ok(())
+}
+
+/// The kinds installed in the management cluster that we watch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Installed {
+    routes: HashMap<RouteKind, ApiResource>,
+    sources: Vec<(SourceKind, ApiResource)>,
+    cluster: Option<ApiResource>,
+}
+
+async fn discover(client: &Client, wanted: &[SourceKind]) -> Installed {
+    let mut cache = HashMap::new();
+    let mut routes = HashMap::new();
+    for kind in RouteKind::ALL {
+        let gvk = kind.gvk();
+        if let Some(g) = group(client, &mut cache, &gvk.group).await
+            && let Some((resource, _)) = g
+                .versioned_resources(&gvk.version)
+                .into_iter()
+                .find(|(r, _)| r.kind == gvk.kind)
+        {
+            routes.insert(kind, resource);
+        }
+    }
+    let mut sources = Vec::new();
+    for kind in wanted {
+        let (group_name, kind_name) = kind.group_kind();
+        if let Some(g) = group(client, &mut cache, group_name).await
+            && let Some((resource, _)) = g.recommended_kind(kind_name)
+        {
+            sources.push((*kind, resource));
+        }
+    }
+    let cluster = match group(client, &mut cache, "cluster.x-k8s.io").await {
+        Some(g) => g.recommended_kind("Cluster").map(|(r, _)| r),
+        None => None,
+    };
+    Installed {
+        routes,
+        sources,
+        cluster,
+    }
+}
+
+/// One API group from discovery, looked up once per discovery round.
+async fn group(
+    client: &Client,
+    cache: &mut HashMap<String, Option<Arc<discovery::ApiGroup>>>,
+    name: &str,
+) -> Option<Arc<discovery::ApiGroup>> {
+    if let Some(found) = cache.get(name) {
+        return found.clone();
+    }
+    let found = match discovery::group(client, name).await {
+        Ok(group) => Some(Arc::new(group)),
+        Err(kube::Error::Api(e)) if e.code == 404 => None,
+        Err(error) => {
+            tracing::warn!(%error, group = name, "discovery failed; treating the group as not installed until the next discovery");
+            None
+        }
+    };
+    cache.insert(name.to_string(), found.clone());
+    found
+}
+
+/// Cancel `generation` when the set of installed kinds changes: on CRD
+/// events of the groups we care about, and every `rediscover` anyway.
+async fn restart_on_change(
+    client: Client,
+    settings: Settings,
+    installed: Installed,
+    generation: CancellationToken,
+) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut events = watcher(crds, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut synced = false;
+    let mut ticker = tokio::time::interval(settings.rediscover);
+    ticker.tick().await;
+    loop {
+        let relevant = tokio::select! {
+            _ = generation.cancelled() => return,
+            _ = ticker.tick() => true,
+            event = events.next() => match event {
+                Some(Ok(watcher::Event::InitDone)) => { synced = true; false }
+                Some(Ok(watcher::Event::Apply(crd) | watcher::Event::Delete(crd))) => synced && relevant_group(&crd),
+                Some(_) => false,
+                None => return,
+            },
+        };
+        if !relevant {
+            continue;
+        }
+        // A new CRD shows up in discovery once established: look a few times.
+        for _ in 0..10 {
+            if discover(&client, &settings.sources).await != installed {
+                tracing::info!("installed kinds changed: restarting the watches");
+                generation.cancel();
+                return;
+            }
+            tokio::select! {
+                _ = generation.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            }
+        }
+    }
+}
+
+fn relevant_group(crd: &CustomResourceDefinition) -> bool {
+    let group = crd.spec.group.as_str();
+    RouteKind::ALL.iter().any(|k| k.gvk().group == group)
+        || SourceKind::ALL.iter().any(|k| k.group_kind().0 == group)
+        || group == "cluster.x-k8s.io"
+}
+
+/// A watch cache filled by its own task, and the stream of its changes for
+/// the Controller. The cache must not depend on the Controller polling it:
+/// reconciliations wait for the caches, and a Controller with every slot busy
+/// stops polling its trigger streams.
+fn reflect(
+    api: Api<DynamicObject>,
+    config: watcher::Config,
+    resource: ApiResource,
+    token: CancellationToken,
+) -> (
+    reflector::Store<DynamicObject>,
+    impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static,
+) {
+    let writer = reflector::store::Writer::new(resource);
+    let store = writer.as_reader();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let changes = watcher(api, config)
+            .default_backoff()
+            .reflect(writer)
+            .touched_objects();
+        futures::pin_mut!(changes);
+        loop {
+            tokio::select! {
+                _ = token.cancelled() => break,
+                item = changes.next() => match item {
+                    Some(Ok(object)) => { let _ = tx.send(object); }
+                    Some(Err(error)) => tracing::debug!(%error, "watch error; retrying with backoff"),
+                    None => break,
+                },
+            }
+        }
+    });
+    let changes = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|object| (Ok(object), rx))
+    });
+    (store, changes)
+}
+
+fn watch_config(settings: &Settings) -> watcher::Config {
+    let config = watcher::Config::default();
+    match &settings.watch_filter {
+        Some(selector) => config.labels(selector),
+        None => config,
+    }
+}
+
+fn api_for(client: &Client, settings: &Settings, resource: &ApiResource) -> Api<DynamicObject> {
+    match &settings.namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+        None => Api::all_with(client.clone(), resource),
+    }
+}
+
+async fn run_controllers(
+    client: &Client,
+    installed: &Installed,
+    settings: &Settings,
+    metrics: &Arc<Metrics>,
+    leader: &Leader,
+    state: &Arc<AdminState>,
+    token: CancellationToken,
+) {
+    let cpi_api: Api<ControlPlaneIngress> = match &settings.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let mut controller = Controller::new(cpi_api, watch_config(settings));
+    let cpis = controller.store();
+
+    // Our route objects: one watch per installed kind, cached for the diff.
+    let mut routes = HashMap::new();
+    for (kind, resource) in &installed.routes {
+        let managed = watcher::Config::default().labels(&format!(
+            "{}={}",
+            crate::api::MANAGED_BY_LABEL,
+            crate::api::MANAGER
+        ));
+        let (store, changes) = reflect(
+            api_for(client, settings, resource),
+            managed,
+            resource.clone(),
+            token.clone(),
+        );
+        routes.insert(*kind, store);
+        controller = controller.owns_stream_with(changes, resource.clone());
+    }
+
+    // CAPI Clusters: pause, owner reference, and reconcile when they change.
+    let clusters = if let Some(resource) = installed.cluster.clone() {
+        let (store, changes) = reflect(
+            api_for(client, settings, &resource),
+            watcher::Config::default(),
+            resource.clone(),
+            token.clone(),
+        );
+        let index = cpis.clone();
+        let to_cpis = move |cluster: DynamicObject| {
+            index
+                .state()
+                .into_iter()
+                .filter(|c| {
+                    c.namespace() == cluster.namespace()
+                        && c.spec.cluster_name == cluster.name_any()
+                })
+                .map(|c| ObjectRef::from_obj(&*c))
+                .collect::<Vec<_>>()
+        };
+        controller = controller.watches_stream_with(changes, to_cpis, resource.clone());
+        Some((store, resource))
+    } else {
+        None
+    };
+
+    let reporter = Reporter {
+        controller: "hcp-ingress".into(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        routes: routes.clone(),
+        clusters: clusters.clone(),
+        cpis: cpis.clone(),
+        recorder: Recorder::new(client.clone(), reporter),
+        metrics: metrics.clone(),
+        leader: leader.clone(),
+        settings: settings.timing.clone(),
+        backoff: Backoff::default(),
+    });
+
+    // Ready once every cache has its first full list.
+    {
+        let (state, token) = (state.clone(), token.clone());
+        let stores: Vec<_> = routes
+            .values()
+            .cloned()
+            .chain(clusters.iter().map(|c| c.0.clone()))
+            .collect();
+        let cpis = cpis.clone();
+        tokio::spawn(async move {
+            let synced = async {
+                let _ = cpis.wait_until_ready().await;
+                for store in stores {
+                    let _ = store.wait_until_ready().await;
+                }
+            };
+            tokio::select! {
+                _ = synced => state.synced.store(true, Ordering::Release),
+                _ = token.cancelled() => {}
+            }
+        });
+    }
+
+    let main = controller
+        .with_config(Config::default().concurrency(settings.concurrency))
+        .graceful_shutdown_on(token.clone().cancelled_owned())
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "controller event");
+            }
+        });
+    let adapters = installed.sources.iter().map(|(kind, resource)| {
+        sources::run(
+            ctx.clone(),
+            *kind,
+            resource.clone(),
+            api_for(client, settings, resource),
+            watch_config(settings),
+            settings.concurrency,
+            token.clone(),
+        )
+    });
+    futures::join!(main, join_all(adapters));
+}

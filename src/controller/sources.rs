@@ -1,0 +1,168 @@
+//! Source adapters at runtime: watch each enabled, installed source kind and
+//! server-side apply the ControlPlaneIngress it implies, owned by the source
+//! (so it is garbage-collected with it). One reconcile path for all sources.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{ApiResource, DynamicObject, TypeMeta},
+    runtime::{
+        Controller,
+        controller::{Action, Config},
+        events::EventType,
+        reflector::ObjectRef,
+        watcher,
+    },
+};
+use tokio_util::sync::CancellationToken;
+
+use super::{Context, Error, apply, reconcile::cluster_reference};
+use crate::{
+    api::{ControlPlaneIngress, MANAGED_BY_LABEL, MANAGER},
+    sources::{self, SourceKind},
+};
+
+struct SourceContext {
+    ctx: Arc<Context>,
+    kind: SourceKind,
+    resource: ApiResource,
+}
+
+/// Run the adapter of one source kind until `token` is cancelled.
+pub async fn run(
+    ctx: Arc<Context>,
+    kind: SourceKind,
+    resource: ApiResource,
+    api: Api<DynamicObject>,
+    config: watcher::Config,
+    concurrency: u16,
+    token: CancellationToken,
+) {
+    let source_ctx = Arc::new(SourceContext {
+        ctx,
+        kind,
+        resource: resource.clone(),
+    });
+    Controller::new_with(api, config, resource)
+        .with_config(Config::default().concurrency(concurrency))
+        .graceful_shutdown_on(token.cancelled_owned())
+        .run(reconcile, error_policy, source_ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "source adapter event");
+            }
+        })
+        .await;
+}
+
+fn error_policy(obj: Arc<DynamicObject>, _: &Error, ctx: Arc<SourceContext>) -> Action {
+    Action::requeue(
+        ctx.ctx
+            .backoff
+            .next(&format!("{}/{}", ctx.kind.flag_name(), obj.name_any())),
+    )
+}
+
+async fn reconcile(obj: Arc<DynamicObject>, sctx: Arc<SourceContext>) -> Result<Action, Error> {
+    let ctx = &sctx.ctx;
+    ctx.caches_ready().await?;
+    let _ = ctx.cpis.wait_until_ready().await;
+    let mut obj = (*obj).clone();
+    // List items may come without apiVersion/kind; the adapter needs them.
+    obj.types = Some(TypeMeta {
+        api_version: sctx.resource.api_version.clone(),
+        kind: sctx.resource.kind.clone(),
+    });
+    let namespace = obj.namespace().unwrap_or_default();
+    let existing = ctx
+        .cpis
+        .get(&ObjectRef::new(&obj.name_any()).within(&namespace));
+    let ours = |cpi: &ControlPlaneIngress| {
+        cpi.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGER)
+            && cpi
+                .owner_references()
+                .iter()
+                .any(|o| o.controller == Some(true) && Some(&o.uid) == obj.metadata.uid.as_ref())
+    };
+    match sources::derive(&obj) {
+        Ok(mut cpi) => {
+            if let Some(existing) = existing.as_deref().filter(|e| !ours(e)) {
+                let note = format!(
+                    "{} already exists and is not derived from this object: it is left alone; delete it or rename one of them",
+                    crate::render::describe(existing)
+                );
+                publish(&sctx, &obj, "ControlPlaneIngressExists", note).await;
+                return Ok(Action::await_change());
+            }
+            if let Some(cluster) = ctx.cluster_of(&cpi)
+                && let Some(uid) = cluster.uid()
+                && !cpi.owner_references().iter().any(|o| o.uid == uid)
+            {
+                cpi.metadata
+                    .owner_references
+                    .get_or_insert_default()
+                    .push(cluster_reference(&cluster, uid));
+            }
+            let desired: DynamicObject =
+                serde_json::from_value(serde_json::to_value(&cpi).expect("serializes"))
+                    .expect("a ControlPlaneIngress is an object");
+            let current = existing.map(|e| {
+                serde_json::from_value::<DynamicObject>(
+                    serde_json::to_value(&*e).expect("serializes"),
+                )
+                .expect("object")
+            });
+            let api = Api::namespaced_with(
+                ctx.client.clone(),
+                &namespace,
+                &ApiResource::erase::<ControlPlaneIngress>(&()),
+            );
+            apply::apply(ctx, &api, desired, current.as_ref()).await?;
+            Ok(Action::requeue(ctx.settings.resync))
+        }
+        Err(error) if error.is_not_requested() => {
+            // The object no longer asks for an ingress: remove only what we derived from it.
+            if let Some(existing) = existing.filter(|e| ours(e)) {
+                tracing::info!(source = %sources::describe(&sctx.resource.kind, &obj.metadata), "ingress no longer requested: deleting the derived ControlPlaneIngress");
+                let api = Api::namespaced_with(
+                    ctx.client.clone(),
+                    &namespace,
+                    &ApiResource::erase::<ControlPlaneIngress>(&()),
+                );
+                let current: DynamicObject =
+                    serde_json::from_value(serde_json::to_value(&*existing).expect("serializes"))
+                        .expect("object");
+                apply::delete(ctx, &api, &current).await?;
+            }
+            Ok(Action::await_change())
+        }
+        Err(error) => {
+            // Invalid: say so on the source object; keep whatever exists.
+            tracing::warn!(%error, "source object asks for an invalid ingress");
+            publish(
+                &sctx,
+                &obj,
+                "InvalidIngress",
+                format!("{error}; nothing was changed"),
+            )
+            .await;
+            Ok(Action::await_change())
+        }
+    }
+}
+
+async fn publish(sctx: &SourceContext, obj: &DynamicObject, reason: &str, note: String) {
+    if sctx.ctx.leader.is_leader() {
+        sctx.ctx
+            .publish(
+                obj.object_ref(&sctx.resource),
+                EventType::Warning,
+                reason,
+                "Derive",
+                note,
+            )
+            .await;
+    }
+}

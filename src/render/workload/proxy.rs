@@ -1,0 +1,374 @@
+//! The node proxy: its config, certificate Secret, DaemonSet and steering objects.
+
+use std::{collections::BTreeMap, net::IpAddr};
+
+use k8s_openapi::api::{
+    apps::v1::DaemonSet,
+    core::v1::{ConfigMap, Endpoints, Secret},
+    discovery::v1::EndpointSlice,
+};
+use kube::api::DynamicObject;
+use md5::{Digest, Md5};
+use serde_json::{Value, json};
+
+use super::{
+    ENDPOINT_SLICE_MANAGER, NAME, NAMESPACE, ProxyTls, SKIP_MIRROR_LABEL, WorkloadError,
+    WorkloadInputs, bytes, own_labels, proxy_spec, selector_labels, typed,
+};
+use crate::api::{ControlPlaneIngress, ProxyMode, ProxySpec, Steering};
+
+/// Where the ConfigMap is mounted (`config.yaml`, `ca.crt`).
+pub const CONFIG_DIR: &str = "/etc/hcp-ingress/config";
+/// Where the Secret is mounted (`tls.crt`, `tls.key`).
+pub const TLS_DIR: &str = "/etc/hcp-ingress/tls";
+/// The config file's key in the ConfigMap.
+pub const CONFIG_FILE: &str = "config.yaml";
+/// The proxy's admin port (`/healthz`, `/readyz`, `/metrics`), on 127.0.0.1.
+pub const ADMIN_PORT: u16 = 9445;
+/// Pod-template annotation: hash of the settings the proxy reads only at start.
+pub const RESTART_HASH_ANNOTATION: &str = "hcp-ingress.dev/restart-hash";
+
+/// Port the proxy listens on when the inputs do not say.
+const ADVERTISE_ADDRESS_PORT: u16 = 443;
+/// With service steering pods reach the proxy on the `kubernetes` Service's
+/// targetPort, which the API server reconciles and we leave alone: the proxy
+/// listens on it. 6443 is the usual one; the controller passes the live one.
+const SERVICE_STEERING_PORT: u16 = 6443;
+/// The proxy's `timeouts.drain`; the pod's grace period leaves room beyond it.
+const DRAIN_SECONDS: i64 = 30;
+const GRACE_SECONDS: i64 = DRAIN_SECONDS + 10;
+/// The config keys the proxy reads only at start (src/proxy/reload.rs):
+/// changing one of them must restart the pods; anything else hot-reloads.
+const RESTART_ONLY_KEYS: [&str; 5] = ["listen", "admin", "limits", "workerThreads", "log"];
+/// The distroless image's non-root user.
+const NONROOT: i64 = 65532;
+
+/// The port the proxy listens on: the inputs', else 443 (advertise address,
+/// a private address) or 6443 (service steering).
+pub fn proxy_port(spec: &ProxySpec, inputs: &WorkloadInputs) -> u16 {
+    inputs.proxy_port.unwrap_or(match spec.steering {
+        Steering::AdvertiseAddress => ADVERTISE_ADDRESS_PORT,
+        Steering::Service => SERVICE_STEERING_PORT,
+    })
+}
+
+/// Exactly the capabilities the proxy needs: NET_ADMIN to put the advertise
+/// address on `lo` (advertise-address steering only), NET_BIND_SERVICE for a
+/// port below 1024. Empty means the pod runs as non-root.
+pub fn proxy_capabilities(spec: &ProxySpec, port: u16) -> Vec<&'static str> {
+    let mut caps = Vec::new();
+    if spec.steering == Steering::AdvertiseAddress {
+        caps.push("NET_ADMIN");
+    }
+    if port < 1024 {
+        caps.push("NET_BIND_SERVICE");
+    }
+    caps
+}
+
+/// The proxy config file (`hcp-ingress proxy --config`) as YAML.
+pub fn proxy_config(cpi: &ControlPlaneIngress, inputs: &WorkloadInputs) -> String {
+    let value = config_value(cpi, inputs);
+    let yaml = serde_yaml_ng::to_string(&value).expect("JSON values serialize to YAML");
+    format!(
+        "# Written by hcp-ingress for ControlPlaneIngress {}; edits are overwritten.\n{yaml}",
+        cpi_name(cpi)
+    )
+}
+
+fn cpi_name(cpi: &ControlPlaneIngress) -> String {
+    format!(
+        "{}/{}",
+        cpi.metadata.namespace.as_deref().unwrap_or_default(),
+        cpi.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn config_value(cpi: &ControlPlaneIngress, inputs: &WorkloadInputs) -> Value {
+    let spec = proxy_spec(cpi);
+    let ingress = &cpi.spec.ingress;
+    let (address, manage_address) = match spec.steering {
+        Steering::AdvertiseAddress => (spec.advertise_address.clone(), true),
+        // Pods reach the proxy on the node's own addresses (hostNetwork).
+        Steering::Service if inputs.service_ip.is_ipv6() => ("::".to_string(), false),
+        Steering::Service => ("0.0.0.0".to_string(), false),
+    };
+    let mut upstream = json!({
+        "serverName": ingress.api_host,
+        "port": ingress.port,
+        // The ingress passes the tenant API server's own certificate through.
+        "caFile": format!("{CONFIG_DIR}/ca.crt"),
+    });
+    if !spec.upstreams.is_empty() {
+        upstream["addresses"] = json!(spec.upstreams);
+    }
+    let mut config = json!({
+        "listen": {"address": address, "port": proxy_port(&spec, inputs), "interface": "lo", "manageAddress": manage_address},
+        "mode": mode_name(spec.mode),
+        "upstream": upstream,
+        // A client that already names the API host keeps end-to-end TLS (client certificates work).
+        "passthroughServerNames": [ingress.api_host],
+        "admin": {"address": format!("127.0.0.1:{ADMIN_PORT}")},
+        "timeouts": {"drain": format!("{DRAIN_SECONDS}s")},
+        "log": {"format": "json"},
+    });
+    if spec.mode == ProxyMode::Reencrypt {
+        config["tls"] = json!({"certFile": format!("{TLS_DIR}/tls.crt"), "keyFile": format!("{TLS_DIR}/tls.key")});
+    }
+    config
+}
+
+fn mode_name(mode: ProxyMode) -> &'static str {
+    match mode {
+        ProxyMode::Reencrypt => "reencrypt",
+        ProxyMode::Passthrough => "passthrough",
+        ProxyMode::ProxyProtocol => "proxy-protocol",
+    }
+}
+
+/// Hash of the restart-only settings: the pods roll when one changes and
+/// only then. Certificates and the rest of the config hot-reload (the proxy
+/// polls the mounted files), so a re-minted certificate never rolls a node.
+fn restart_hash(config: &Value) -> String {
+    let restart_only: BTreeMap<&str, &Value> = RESTART_ONLY_KEYS
+        .iter()
+        .filter_map(|k| config.get(*k).map(|v| (*k, v)))
+        .collect();
+    let text = serde_json::to_string(&restart_only).expect("JSON values serialize");
+    Md5::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+pub(super) fn config_map(
+    cpi: &ControlPlaneIngress,
+    inputs: &WorkloadInputs,
+) -> Result<ConfigMap, WorkloadError> {
+    let mut data = BTreeMap::from([(CONFIG_FILE.to_string(), proxy_config(cpi, inputs))]);
+    if let Some(ca) = &inputs.ca_cert_pem {
+        // Public: the trust anchor for the upstream, next to the config naming it,
+        // so it reaches the proxy in every mode (the Secret exists in reencrypt only).
+        data.insert("ca.crt".to_string(), ca.clone());
+    }
+    typed(
+        "ConfigMap",
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": own_labels()},
+            "data": data,
+        }),
+    )
+}
+
+/// The serving certificate, in reencrypt mode once one was minted.
+pub(super) fn secret(
+    spec: &ProxySpec,
+    inputs: &WorkloadInputs,
+) -> Result<Option<Secret>, WorkloadError> {
+    let (ProxyMode::Reencrypt, Some(ProxyTls { cert_pem, key_pem })) = (spec.mode, &inputs.tls)
+    else {
+        return Ok(None);
+    };
+    let mut secret: Secret = typed(
+        "Secret",
+        json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": own_labels()},
+            "type": "kubernetes.io/tls",
+        }),
+    )?;
+    // Certificate and key in one Secret: the kubelet swaps both at once, so
+    // the proxy never reads a new certificate with an old key.
+    secret.data = Some(BTreeMap::from([
+        ("tls.crt".to_string(), bytes(cert_pem)),
+        ("tls.key".to_string(), bytes(key_pem)),
+    ]));
+    Ok(Some(secret))
+}
+
+pub(super) fn daemon_set(
+    cpi: &ControlPlaneIngress,
+    inputs: &WorkloadInputs,
+) -> Result<DaemonSet, WorkloadError> {
+    let spec = proxy_spec(cpi);
+    let port = proxy_port(&spec, inputs);
+    let caps = proxy_capabilities(&spec, port);
+    let image = if spec.image.is_empty() {
+        inputs.image.clone()
+    } else {
+        spec.image.clone()
+    };
+    let reencrypt = spec.mode == ProxyMode::Reencrypt;
+    // Capabilities reach a process only as root: Kubernetes sets no ambient
+    // capabilities, so a non-root user would get an empty effective set.
+    // Without capabilities the proxy runs as the image's non-root user.
+    let as_root = !caps.is_empty();
+    // Files readable by the process only: root owns them (0400), or the
+    // non-root user reads them through fsGroup (0440).
+    let file_mode = if as_root { 0o400 } else { 0o440 };
+    let pod_security = if as_root {
+        json!({"seccompProfile": {"type": "RuntimeDefault"}, "runAsUser": 0, "runAsNonRoot": false})
+    } else {
+        json!({"seccompProfile": {"type": "RuntimeDefault"}, "runAsUser": NONROOT, "runAsGroup": NONROOT,
+               "runAsNonRoot": true, "fsGroup": NONROOT})
+    };
+    let https_port = match spec.steering {
+        // The address is node-local and ours: only a pod on the same IP and port conflicts.
+        Steering::AdvertiseAddress => {
+            json!({"name": "https", "containerPort": port, "hostPort": port, "hostIP": spec.advertise_address, "protocol": "TCP"})
+        }
+        Steering::Service => {
+            json!({"name": "https", "containerPort": port, "hostPort": port, "protocol": "TCP"})
+        }
+    };
+    let probe = |path: &str, period: u32, failures: u32| {
+        json!({"httpGet": {"host": "127.0.0.1", "path": path, "port": ADMIN_PORT, "scheme": "HTTP"},
+               "periodSeconds": period, "timeoutSeconds": 2, "failureThreshold": failures})
+    };
+    // No subPath: the kubelet updates whole ConfigMap/Secret volumes in place
+    // (subPath mounts never update), which is what makes hot reload work.
+    let mut mounts = vec![json!({"name": "config", "mountPath": CONFIG_DIR, "readOnly": true})];
+    let mut volumes =
+        vec![json!({"name": "config", "configMap": {"name": NAME, "defaultMode": file_mode}})];
+    if reencrypt {
+        mounts.push(json!({"name": "tls", "mountPath": TLS_DIR, "readOnly": true}));
+        volumes
+            .push(json!({"name": "tls", "secret": {"secretName": NAME, "defaultMode": file_mode}}));
+    }
+    let config = config_value(cpi, inputs);
+    typed(
+        "DaemonSet",
+        json!({
+            "apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": own_labels()},
+            "spec": {
+                "selector": {"matchLabels": selector_labels()},
+                // The proxy binds its listener and admin port without
+                // SO_REUSEPORT (src/proxy/server.rs), so a second pod on the
+                // same node cannot bind until the first is gone: surging
+                // (maxSurge 1, maxUnavailable 0) would leave the new pod
+                // crash-looping next to the old one. One node at a time
+                // instead; rolls are rare because config and certificates
+                // hot-reload and only the image or a restart-only setting
+                // changes the pod template.
+                "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
+                "template": {
+                    "metadata": {
+                        "labels": own_labels(),
+                        "annotations": {RESTART_HASH_ANNOTATION: restart_hash(&config)},
+                    },
+                    "spec": {
+                        "hostNetwork": true,
+                        // The node's resolver, not cluster DNS: CoreDNS reaches
+                        // the API through this proxy, so resolving the API host
+                        // through CoreDNS would be a bootstrap cycle.
+                        "dnsPolicy": "Default",
+                        "priorityClassName": "system-node-critical",
+                        "automountServiceAccountToken": false,
+                        "enableServiceLinks": false,
+                        "terminationGracePeriodSeconds": GRACE_SECONDS,
+                        // Every node, whatever its taints: pods there need the API.
+                        "tolerations": [{"operator": "Exists"}],
+                        "securityContext": pod_security,
+                        "containers": [{
+                            "name": "proxy",
+                            "image": image,
+                            "imagePullPolicy": "IfNotPresent",
+                            "args": ["proxy", "--config", format!("{CONFIG_DIR}/{CONFIG_FILE}")],
+                            "ports": [https_port,
+                                      {"name": "admin", "containerPort": ADMIN_PORT, "hostPort": ADMIN_PORT,
+                                       "hostIP": "127.0.0.1", "protocol": "TCP"}],
+                            "livenessProbe": probe("/healthz", 10, 3),
+                            "readinessProbe": probe("/readyz", 5, 2),
+                            "resources": {"requests": {"cpu": "20m", "memory": "32Mi"}, "limits": {"memory": "256Mi"}},
+                            "securityContext": {
+                                "privileged": false,
+                                "allowPrivilegeEscalation": false,
+                                "readOnlyRootFilesystem": true,
+                                "capabilities": {"drop": ["ALL"], "add": caps},
+                            },
+                            "volumeMounts": mounts,
+                        }],
+                        "volumes": volumes,
+                    },
+                },
+            },
+        }),
+    )
+}
+
+fn advertise(spec: &ProxySpec) -> (String, &'static str) {
+    let family = match spec.advertise_address.parse::<IpAddr>() {
+        Ok(IpAddr::V6(_)) => "IPv6",
+        _ => "IPv4",
+    };
+    (spec.advertise_address.clone(), family)
+}
+
+pub(super) fn endpoints(
+    spec: &ProxySpec,
+    inputs: &WorkloadInputs,
+) -> Result<Endpoints, WorkloadError> {
+    let mut labels = own_labels();
+    // The mirroring controller must not turn these into a second EndpointSlice.
+    labels.insert(SKIP_MIRROR_LABEL.to_string(), "true".to_string());
+    let (address, _) = advertise(spec);
+    typed(
+        "Endpoints",
+        json!({
+            "apiVersion": "v1", "kind": "Endpoints",
+            "metadata": {"name": "kubernetes", "namespace": "default", "labels": labels},
+            "subsets": [{
+                "addresses": [{"ip": address}],
+                "ports": [{"name": "https", "port": proxy_port(spec, inputs), "protocol": "TCP"}],
+            }],
+        }),
+    )
+}
+
+pub(super) fn endpoint_slice(
+    spec: &ProxySpec,
+    inputs: &WorkloadInputs,
+) -> Result<EndpointSlice, WorkloadError> {
+    let mut labels = own_labels();
+    labels.insert(
+        "kubernetes.io/service-name".to_string(),
+        "kubernetes".to_string(),
+    );
+    labels.insert(
+        "endpointslice.kubernetes.io/managed-by".to_string(),
+        ENDPOINT_SLICE_MANAGER.to_string(),
+    );
+    let (address, family) = advertise(spec);
+    typed(
+        "EndpointSlice",
+        json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "kubernetes", "namespace": "default", "labels": labels},
+            "addressType": family,
+            // Every node answers on this address itself, so it is always ready.
+            "endpoints": [{"addresses": [address], "conditions": {"ready": true, "serving": true, "terminating": false}}],
+            "ports": [{"name": "https", "port": proxy_port(spec, inputs), "protocol": "TCP"}],
+        }),
+    )
+}
+
+/// Partial `default/kubernetes` Service: the fields we own, nothing else.
+pub(super) fn service_patch() -> DynamicObject {
+    let value = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "kubernetes", "namespace": "default"},
+        "spec": {
+            "selector": selector_labels(),
+            // Each pod's own node's proxy: traffic never crosses nodes.
+            "internalTrafficPolicy": "Local",
+            // A proxy pod is an endpoint as soon as it runs: its readiness
+            // must travel through the API, and the add-ons that come up
+            // first (CNI, CoreDNS) need this very path (k0smotron's
+            // bootstrap deadlock).
+            "publishNotReadyAddresses": true,
+        },
+    });
+    serde_json::from_value(value).expect("a Service with metadata is a DynamicObject")
+}

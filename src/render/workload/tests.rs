@@ -1,0 +1,488 @@
+use std::net::IpAddr;
+
+use serde_json::json;
+
+use super::*;
+use crate::{
+    api::{ControlPlaneIngress, ProxyMode},
+    proxy::config as proxy_config_file,
+};
+
+fn cpi(proxy: serde_json::Value, ccm: serde_json::Value) -> ControlPlaneIngress {
+    serde_json::from_value(json!({
+        "apiVersion": "hcp-ingress.dev/v1alpha1", "kind": "ControlPlaneIngress",
+        "metadata": {"name": "tenant-01", "namespace": "tenants"},
+        "spec": {
+            "clusterName": "tenant-01",
+            "ingress": {"apiHost": "api.tenant-01.example.com", "konnectivityHost": "konnectivity.tenant-01.example.com", "port": 8443},
+            "backend": {"serviceName": "kmc-tenant-01", "apiPort": 30443, "konnectivityPort": 30132},
+            "proxy": proxy,
+            "ccm": ccm,
+        },
+    }))
+    .unwrap()
+}
+
+fn inputs() -> WorkloadInputs {
+    WorkloadInputs {
+        ca_cert_pem: Some("-----BEGIN CERTIFICATE-----\nCA\n-----END CERTIFICATE-----\n".into()),
+        tls: Some(ProxyTls {
+            cert_pem: "CERT".into(),
+            key_pem: "KEY".into(),
+        }),
+        ..WorkloadInputs::default()
+    }
+}
+
+/// The rendered config is read by the proxy's own parser and validator.
+fn proxy_reads(cpi: &ControlPlaneIngress, inputs: &WorkloadInputs) -> proxy_config_file::Config {
+    let text = proxy_config(cpi, inputs);
+    proxy_config_file::validate(proxy_config_file::parse(&text).unwrap())
+        .unwrap_or_else(|e| panic!("the proxy rejects the rendered config: {e}\n{text}"))
+}
+
+#[test]
+fn every_mode_and_steering_renders_a_config_the_proxy_accepts() {
+    for mode in ["reencrypt", "passthrough", "proxy-protocol"] {
+        for steering in ["advertise-address", "service"] {
+            let c = cpi(
+                json!({"mode": mode, "steering": steering, "upstreams": ["192.0.2.10", "2001:db8::10"]}),
+                json!({}),
+            );
+            let cfg = proxy_reads(&c, &inputs());
+            assert_eq!(cfg.mode.as_str(), mode);
+            assert_eq!(cfg.upstream.server_name, "api.tenant-01.example.com");
+            assert_eq!(cfg.upstream.port, 8443, "the shared ingress's port");
+            assert_eq!(
+                cfg.upstream.addresses,
+                [
+                    "192.0.2.10".parse::<IpAddr>().unwrap(),
+                    "2001:db8::10".parse().unwrap()
+                ]
+            );
+            assert_eq!(
+                cfg.upstream.ca_file.to_str(),
+                Some("/etc/hcp-ingress/config/ca.crt")
+            );
+            assert_eq!(cfg.passthrough_server_names, ["api.tenant-01.example.com"]);
+            assert_eq!(
+                cfg.admin,
+                Some(format!("127.0.0.1:{ADMIN_PORT}").parse().unwrap())
+            );
+            assert_eq!(cfg.tls.is_some(), mode == "reencrypt");
+            if steering == "advertise-address" {
+                assert_eq!(cfg.listen.addr, "240.0.0.1:443".parse().unwrap());
+                assert!(cfg.listen.manage_address);
+                assert_eq!(cfg.listen.interface, "lo");
+            } else {
+                assert_eq!(cfg.listen.addr, "0.0.0.0:6443".parse().unwrap());
+                assert!(!cfg.listen.manage_address);
+            }
+        }
+    }
+}
+
+#[test]
+fn ipv6_advertise_address_and_service_cidr() {
+    let c = cpi(json!({"advertiseAddress": "fd00::1"}), json!({}));
+    let cfg = proxy_reads(&c, &inputs());
+    assert_eq!(cfg.listen.addr, "[fd00::1]:443".parse().unwrap());
+    let objects = proxy(&c, &inputs()).unwrap().unwrap();
+    let SteeringObjects::AdvertiseAddress { endpoint_slice, .. } = objects.steering else {
+        panic!()
+    };
+    assert_eq!(endpoint_slice.address_type, "IPv6");
+
+    let c = cpi(json!({"steering": "service"}), json!({}));
+    let v6 = WorkloadInputs {
+        service_ip: "fd00:10:96::1".parse().unwrap(),
+        ..inputs()
+    };
+    assert_eq!(
+        proxy_reads(&c, &v6).listen.addr,
+        "[::]:6443".parse().unwrap()
+    );
+}
+
+#[test]
+fn empty_upstreams_resolve_the_api_host() {
+    let cfg = proxy_reads(&cpi(json!({}), json!({})), &inputs());
+    assert!(cfg.upstream.addresses.is_empty());
+}
+
+#[test]
+fn proxy_port_input_wins() {
+    let c = cpi(json!({"steering": "service"}), json!({}));
+    let i = WorkloadInputs {
+        proxy_port: Some(16443),
+        ..inputs()
+    };
+    assert_eq!(proxy_reads(&c, &i).listen.addr.port(), 16443);
+}
+
+#[test]
+fn capabilities_are_exactly_what_the_proxy_needs() {
+    let spec = |steering: &str| proxy_spec(&cpi(json!({"steering": steering}), json!({})));
+    assert_eq!(
+        proxy_capabilities(&spec("advertise-address"), 443),
+        ["NET_ADMIN", "NET_BIND_SERVICE"]
+    );
+    assert_eq!(
+        proxy_capabilities(&spec("advertise-address"), 8443),
+        ["NET_ADMIN"]
+    );
+    assert_eq!(
+        proxy_capabilities(&spec("service"), 443),
+        ["NET_BIND_SERVICE"]
+    );
+    assert!(proxy_capabilities(&spec("service"), 6443).is_empty());
+}
+
+#[test]
+fn without_capabilities_the_proxy_runs_as_non_root() {
+    let objects = proxy(&cpi(json!({"steering": "service"}), json!({})), &inputs())
+        .unwrap()
+        .unwrap();
+    let pod = objects.daemon_set.spec.unwrap().template.spec.unwrap();
+    let sc = pod.security_context.unwrap();
+    assert_eq!(
+        (sc.run_as_non_root, sc.run_as_user, sc.fs_group),
+        (Some(true), Some(65532), Some(65532))
+    );
+    let caps = pod.containers[0]
+        .security_context
+        .clone()
+        .unwrap()
+        .capabilities
+        .unwrap();
+    assert_eq!(caps.drop, Some(vec!["ALL".to_string()]));
+    assert_eq!(caps.add, Some(vec![]));
+    // fsGroup reads them: group-readable, nobody else.
+    assert!(pod.volumes.unwrap().iter().all(|v| {
+        v.config_map
+            .as_ref()
+            .is_none_or(|c| c.default_mode == Some(0o440))
+    }));
+}
+
+#[test]
+fn restart_hash_ignores_certificates_and_hot_reloaded_settings() {
+    let hash = |c: &ControlPlaneIngress, i: &WorkloadInputs| {
+        let ds = proxy(c, i).unwrap().unwrap().daemon_set;
+        ds.spec
+            .unwrap()
+            .template
+            .metadata
+            .unwrap()
+            .annotations
+            .unwrap()[RESTART_HASH_ANNOTATION]
+            .clone()
+    };
+    let base = cpi(json!({}), json!({}));
+    let h = hash(&base, &inputs());
+    let rotated = WorkloadInputs {
+        tls: Some(ProxyTls {
+            cert_pem: "NEW".into(),
+            key_pem: "NEWKEY".into(),
+        }),
+        ca_cert_pem: Some("other CA".into()),
+        ..inputs()
+    };
+    assert_eq!(
+        hash(&base, &rotated),
+        h,
+        "a re-minted certificate must not roll the nodes"
+    );
+    let upstreams = cpi(json!({"upstreams": ["192.0.2.99"]}), json!({}));
+    assert_eq!(hash(&upstreams, &inputs()), h, "upstreams hot-reload");
+    let moved = cpi(json!({"advertiseAddress": "240.0.0.2"}), json!({}));
+    assert_ne!(
+        hash(&moved, &inputs()),
+        h,
+        "the listen address needs a restart"
+    );
+}
+
+#[test]
+fn secret_only_in_reencrypt_mode_with_a_certificate() {
+    let reencrypt = cpi(json!({}), json!({}));
+    let objects = proxy(&reencrypt, &inputs()).unwrap().unwrap();
+    let secret = objects.secret.unwrap();
+    assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
+    let keys: Vec<_> = secret.data.unwrap().into_keys().collect();
+    assert_eq!(keys, ["tls.crt", "tls.key"]);
+    assert!(
+        proxy(
+            &reencrypt,
+            &WorkloadInputs {
+                tls: None,
+                ..inputs()
+            }
+        )
+        .unwrap()
+        .unwrap()
+        .secret
+        .is_none()
+    );
+    let passthrough = cpi(json!({"mode": "passthrough"}), json!({}));
+    let objects = proxy(&passthrough, &inputs()).unwrap().unwrap();
+    assert!(objects.secret.is_none());
+    let pod = objects.daemon_set.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pod.volumes.unwrap().len(), 1, "no TLS volume without TLS");
+    assert_eq!(proxy_spec(&passthrough).mode, ProxyMode::Passthrough);
+}
+
+#[test]
+fn disabled_proxy_renders_nothing() {
+    assert!(
+        proxy(&cpi(json!({"enabled": false}), json!({})), &inputs())
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[test]
+fn invalid_input_names_the_field() {
+    let bad = cpi(json!({"advertiseAddress": "nope"}), json!({}));
+    let err = proxy(&bad, &inputs()).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "ControlPlaneIngress tenants/tenant-01: spec.proxy.advertiseAddress: \"nope\" is not an IP address"
+    );
+}
+
+#[test]
+fn image_from_spec_else_the_controllers() {
+    let image = |c: &ControlPlaneIngress| {
+        let ds = proxy(
+            c,
+            &WorkloadInputs {
+                image: "mirror.local/hcp-ingress:v9".into(),
+                ..inputs()
+            },
+        )
+        .unwrap()
+        .unwrap()
+        .daemon_set;
+        ds.spec.unwrap().template.spec.unwrap().containers[0]
+            .image
+            .clone()
+            .unwrap()
+    };
+    assert_eq!(
+        image(&cpi(json!({}), json!({}))),
+        "mirror.local/hcp-ingress:v9"
+    );
+    assert_eq!(
+        image(&cpi(
+            json!({"image": "registry.example/proxy:1"}),
+            json!({})
+        )),
+        "registry.example/proxy:1"
+    );
+}
+
+#[test]
+fn ccm_targets_default_explicit_and_disabled() {
+    let defaults = ccm_targets(&cpi(json!({}), json!({})));
+    assert_eq!(defaults.len(), WELL_KNOWN_CCMS.len());
+    assert!(
+        defaults
+            .iter()
+            .all(|t| t.well_known && t.namespace == "kube-system" && t.containers.is_empty())
+    );
+    assert!(
+        defaults
+            .iter()
+            .any(|t| t.name == "aws-cloud-controller-manager" && t.kind == WorkloadKind::DaemonSet)
+    );
+
+    let explicit = ccm_targets(&cpi(
+        json!({}),
+        json!({"targets": [{"kind": "Deployment", "name": "my-ccm", "containers": ["ccm"]},
+                           {"kind": "DaemonSet", "name": "x", "namespace": "cloud"}]}),
+    ));
+    assert_eq!(
+        explicit,
+        [
+            OverrideTarget {
+                kind: WorkloadKind::Deployment,
+                namespace: "kube-system".into(),
+                name: "my-ccm".into(),
+                containers: vec!["ccm".into()],
+                well_known: false
+            },
+            OverrideTarget {
+                kind: WorkloadKind::DaemonSet,
+                namespace: "cloud".into(),
+                name: "x".into(),
+                containers: vec![],
+                well_known: false
+            },
+        ]
+    );
+    assert!(ccm_targets(&cpi(json!({}), json!({"enabled": false}))).is_empty());
+}
+
+#[test]
+fn ccm_patch_carries_only_the_two_env_vars() {
+    let patch = ccm_patch(
+        &cpi(json!({}), json!({})),
+        WorkloadKind::DaemonSet,
+        "kube-system",
+        "aws-cloud-controller-manager",
+        &["ccm".into(), "sidecar".into()],
+    );
+    let value = serde_json::to_value(&patch).unwrap();
+    let env = json!([{"name": "KUBERNETES_SERVICE_HOST", "value": "api.tenant-01.example.com"}, {"name": "KUBERNETES_SERVICE_PORT", "value": "8443"}]);
+    assert_eq!(
+        value,
+        json!({
+            "apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": "aws-cloud-controller-manager", "namespace": "kube-system"},
+            "spec": {"template": {"spec": {"containers": [{"name": "ccm", "env": env}, {"name": "sidecar", "env": env}]}}},
+        })
+    );
+}
+
+#[test]
+fn konnectivity_args_replace_both_spellings_and_keep_the_rest() {
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        konnectivity_agent_args(
+            &args(&[
+                "--logtostderr=true",
+                "--proxy-server-host=10.0.0.1",
+                "--ca-cert=/ca",
+                "--proxy-server-port",
+                "8132"
+            ]),
+            "konnectivity.t.example.com",
+            443
+        ),
+        args(&[
+            "--logtostderr=true",
+            "--proxy-server-host=konnectivity.t.example.com",
+            "--ca-cert=/ca",
+            "--proxy-server-port=443"
+        ])
+    );
+    assert_eq!(
+        konnectivity_agent_args(&args(&["--agent-identifiers=x"]), "k.example.com", 8132),
+        args(&[
+            "--agent-identifiers=x",
+            "--proxy-server-host=k.example.com",
+            "--proxy-server-port=8132"
+        ])
+    );
+    let c = cpi(json!({}), json!({}));
+    assert_eq!(
+        konnectivity_server(&c),
+        Some(("konnectivity.tenant-01.example.com".into(), 8443))
+    );
+    let patch = serde_json::to_value(konnectivity_agent_patch(
+        WorkloadKind::DaemonSet,
+        "kube-system",
+        "konnectivity-agent",
+        "konnectivity-agent",
+        &args(&["--a"]),
+    ))
+    .unwrap();
+    assert_eq!(
+        patch["spec"]["template"]["spec"]["containers"],
+        json!([{"name": "konnectivity-agent", "args": ["--a"]}])
+    );
+}
+
+#[test]
+fn debug_never_shows_keys() {
+    let shown = format!("{:?}", inputs());
+    assert!(
+        !shown.contains("KEY") && shown.contains("<redacted>"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn leaf_spec_only_where_a_certificate_is_served() {
+    let now = std::time::UNIX_EPOCH;
+    let spec = proxy_leaf_spec(
+        &cpi(json!({"advertiseAddress": "240.0.0.9"}), json!({})),
+        &inputs(),
+        now,
+    )
+    .unwrap();
+    assert_eq!(
+        spec.ip_addresses,
+        [
+            "10.96.0.1".parse::<IpAddr>().unwrap(),
+            "240.0.0.9".parse().unwrap()
+        ]
+    );
+    assert_eq!(spec.dns_names[3], "kubernetes.default.svc.cluster.local");
+    assert_eq!(spec.validity, crate::pki::DEFAULT_VALIDITY);
+    assert!(
+        proxy_leaf_spec(
+            &cpi(json!({"mode": "passthrough"}), json!({})),
+            &inputs(),
+            now
+        )
+        .is_none()
+    );
+    assert!(proxy_leaf_spec(&cpi(json!({"enabled": false}), json!({})), &inputs(), now).is_none());
+}
+
+#[test]
+fn steering_drift_spots_a_rewrite() {
+    let objects = proxy(&cpi(json!({}), json!({})), &inputs())
+        .unwrap()
+        .unwrap();
+    let SteeringObjects::AdvertiseAddress {
+        endpoints,
+        endpoint_slice,
+    } = &objects.steering
+    else {
+        panic!()
+    };
+    assert!(
+        steering_drift(
+            &objects.steering,
+            Some(endpoints),
+            Some(endpoint_slice),
+            None
+        )
+        .is_empty()
+    );
+    // The API server's own reconciler put its address back.
+    let mut rewritten = endpoints.as_ref().clone();
+    rewritten.subsets.as_mut().unwrap()[0]
+        .addresses
+        .as_mut()
+        .unwrap()[0]
+        .ip = "192.0.2.50".into();
+    let drift = steering_drift(
+        &objects.steering,
+        Some(&rewritten),
+        Some(endpoint_slice),
+        None,
+    );
+    assert_eq!(drift.len(), 1);
+    assert!(drift[0].contains("192.0.2.50"), "{drift:?}");
+    assert_eq!(steering_drift(&objects.steering, None, None, None).len(), 2);
+
+    let service = proxy(&cpi(json!({"steering": "service"}), json!({})), &inputs())
+        .unwrap()
+        .unwrap();
+    let live: k8s_openapi::api::core::v1::Service = serde_json::from_value(json!({
+        "metadata": {"name": "kubernetes", "namespace": "default"},
+        "spec": {"selector": {"app.kubernetes.io/name": "hcp-ingress-proxy"}, "internalTrafficPolicy": "Local", "publishNotReadyAddresses": true, "clusterIP": "10.96.0.1"},
+    }))
+    .unwrap();
+    assert!(steering_drift(&service.steering, None, None, Some(&live)).is_empty());
+    let mut reset = live.clone();
+    reset.spec.as_mut().unwrap().selector = None;
+    assert_eq!(
+        steering_drift(&service.steering, None, None, Some(&reset)).len(),
+        1
+    );
+}

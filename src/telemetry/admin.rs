@@ -1,0 +1,123 @@
+//! A minimal HTTP/1.1 admin server for `/healthz`, `/readyz` and `/metrics`:
+//! three GET routes for probes and a scraper do not justify an HTTP stack.
+
+use std::{future::Future, sync::Arc, time::Duration};
+
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+};
+
+/// What the admin endpoints report.
+pub trait Health: Send + Sync + 'static {
+    /// `/readyz` answers 200 only when this is true.
+    fn ready(&self) -> bool;
+    /// Why not ready (the body of a 503).
+    fn not_ready_reason(&self) -> String {
+        "not ready\n".into()
+    }
+    /// Prometheus text exposition for `/metrics`.
+    fn metrics(&self) -> String;
+}
+
+/// Route a request line to (status, content type, body). Pure.
+pub fn respond(request_line: &str, health: &dyn Health) -> (u16, &'static str, String) {
+    let mut parts = request_line.split_whitespace();
+    let method = parts.next().unwrap_or("");
+    let path = parts.next().unwrap_or("").split('?').next().unwrap_or("");
+    if method != "GET" && method != "HEAD" {
+        return (405, "text/plain", "method not allowed\n".into());
+    }
+    match path {
+        "/healthz" | "/livez" => (200, "text/plain", "ok\n".into()),
+        "/readyz" if health.ready() => (200, "text/plain", "ready\n".into()),
+        "/readyz" => (503, "text/plain", health.not_ready_reason()),
+        "/metrics" => (
+            200,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            health.metrics(),
+        ),
+        _ => (404, "text/plain", "not found\n".into()),
+    }
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        503 => "Service Unavailable",
+        _ => "Bad Request",
+    }
+}
+
+/// Serve until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    health: Arc<dyn Health>,
+    shutdown: impl Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let health = health.clone();
+                tokio::spawn(async move {
+                    // A scraper that stalls must not hold a task forever.
+                    let _ = tokio::time::timeout(Duration::from_secs(10), serve_one(stream, health)).await;
+                });
+            }
+        }
+    }
+}
+
+async fn serve_one(mut stream: TcpStream, health: Arc<dyn Health>) -> std::io::Result<()> {
+    let mut buf = [0u8; 2048];
+    let mut len = 0;
+    while !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") && len < buf.len() {
+        let n = stream.read(&mut buf[len..]).await?;
+        if n == 0 {
+            break;
+        }
+        len += n;
+    }
+    let head = String::from_utf8_lossy(&buf[..len]);
+    let request_line = head.lines().next().unwrap_or("");
+    let (status, content_type, body) = respond(request_line, health.as_ref());
+    let head_only = request_line.starts_with("HEAD ");
+    let response = format!(
+        "HTTP/1.1 {status} {}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{}",
+        reason(status),
+        body.len(),
+        if head_only { "" } else { body.as_str() }
+    );
+    stream.write_all(response.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixed(bool);
+    impl Health for Fixed {
+        fn ready(&self) -> bool {
+            self.0
+        }
+        fn metrics(&self) -> String {
+            "m 1\n".into()
+        }
+    }
+
+    #[test]
+    fn routes() {
+        assert_eq!(respond("GET /healthz HTTP/1.1", &Fixed(false)).0, 200);
+        assert_eq!(respond("GET /readyz HTTP/1.1", &Fixed(false)).0, 503);
+        assert_eq!(respond("GET /readyz?verbose HTTP/1.1", &Fixed(true)).0, 200);
+        assert_eq!(respond("GET /metrics HTTP/1.1", &Fixed(true)).2, "m 1\n");
+        assert_eq!(respond("POST /healthz HTTP/1.1", &Fixed(true)).0, 405);
+        assert_eq!(respond("GET /nope HTTP/1.1", &Fixed(true)).0, 404);
+    }
+}

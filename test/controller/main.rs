@@ -1,0 +1,6 @@
+//! The real controller against the in-memory API server (memkube): the
+//! management side of every source kind and flavor, switches, pause, bad
+//! input, missing CRDs, API faults, leader election, steady state, deletion.
+
+mod harness;
+mod management;

@@ -1,0 +1,567 @@
+//! Management side: routes, status, events, faults, leader election.
+
+use std::time::Duration;
+
+use hcp_ingress::{
+    api::ControlPlaneIngress,
+    controller::{LeaseConfig, Settings},
+    render::RouteKind,
+};
+use k8s_openapi::api::{coordination::v1::Lease, events::v1::Event, networking::v1::Ingress};
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, DynamicObject, ListParams},
+};
+use memkube::RequestMatch;
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+/// A ControlPlaneIngress for `name` with the given route block.
+fn cpi(name: &str, ingress_extra: Value, route: Value) -> Value {
+    let mut ingress = json!({"apiHost": format!("api.{name}.example.com"), "konnectivityHost": format!("konn.{name}.example.com")});
+    ingress
+        .as_object_mut()
+        .unwrap()
+        .extend(ingress_extra.as_object().unwrap().clone());
+    let mut spec = json!({"clusterName": name, "ingress": ingress,
+                          "backend": {"serviceName": format!("kmc-{name}"), "apiPort": 30443, "konnectivityPort": 30132}});
+    if route != json!({}) {
+        spec["route"] = route;
+    }
+    json!({"apiVersion": "hcp-ingress.dev/v1alpha1", "kind": "ControlPlaneIngress",
+           "metadata": {"name": name, "namespace": NS}, "spec": spec})
+}
+
+async fn wait_route(client: &kube::Client, kind: RouteKind, name: &str) -> DynamicObject {
+    let api = routes(client, kind);
+    eventually(&format!("{kind:?} {name}"), || async {
+        api.get_opt(name).await.ok()?
+    })
+    .await
+}
+
+async fn wait_gone(client: &kube::Client, kind: RouteKind, name: &str) {
+    let api = routes(client, kind);
+    eventually(&format!("{kind:?} {name} deleted"), || async {
+        api.get_opt(name).await.ok()?.is_none().then_some(())
+    })
+    .await
+}
+
+fn strip_uid(text: &str) -> Value {
+    let mut value: Value = serde_yaml_ng::from_str(text).unwrap();
+    value["metadata"].as_object_mut().unwrap().remove("uid");
+    value
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_source_kind_becomes_a_control_plane_ingress_and_its_route() {
+    let m = management(&[]).await;
+    for ns in ["kcm-system"] {
+        let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(m.client.clone());
+        let _ = api
+            .create(
+                &Default::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+            )
+            .await;
+    }
+    let running = start(m.client.clone());
+    // (example, namespace, ControlPlaneIngress name, route kind, route name)
+    let cases = [
+        (
+            "k0smotron-controlplane.yaml",
+            NS,
+            "tenant-01-cp",
+            RouteKind::Ingress,
+            "tenant-01-cp",
+        ),
+        (
+            "k0smotron-cluster.yaml",
+            NS,
+            "tenant-02",
+            RouteKind::Ingress,
+            "tenant-02",
+        ),
+        (
+            "k0rdent-clusterdeployment.yaml",
+            "kcm-system",
+            "tenant-03",
+            RouteKind::Ingress,
+            "tenant-03",
+        ),
+        (
+            "capi-cluster-domain.yaml",
+            NS,
+            "tenant-04",
+            RouteKind::IngressRouteTcp,
+            "tenant-04",
+        ),
+        (
+            "kamaji-tenantcontrolplane.yaml",
+            NS,
+            "tenant-05",
+            RouteKind::Ingress,
+            "tenant-05",
+        ),
+        (
+            "steward-tenantcontrolplane.yaml",
+            NS,
+            "tenant-06",
+            RouteKind::Ingress,
+            "tenant-06",
+        ),
+    ];
+    for (file, ..) in &cases {
+        apply_value(&m.client, strip_uid(&example(file))).await;
+    }
+    for (file, ns, name, kind, route) in cases {
+        let cpis: Api<ControlPlaneIngress> = Api::namespaced(m.client.clone(), ns);
+        let cpi = eventually(
+            &format!("ControlPlaneIngress {ns}/{name} from {file}"),
+            || async { cpis.get_opt(name).await.ok()? },
+        )
+        .await;
+        let owner = cpi
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true))
+            .cloned()
+            .expect("owned by its source");
+        let source_kind = serde_yaml_ng::from_str::<Value>(&example(file)).unwrap()["kind"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(owner.kind, source_kind, "{file}");
+        let api =
+            kube::Api::<DynamicObject>::namespaced_with(m.client.clone(), ns, &kind.api_resource());
+        let object = eventually(&format!("{kind:?} {ns}/{route}"), || async {
+            api.get_opt(route).await.ok()?
+        })
+        .await;
+        let owners = object.owner_references();
+        assert_eq!(
+            owners[0].uid,
+            cpi.uid().unwrap(),
+            "{file}: the route is owned by the ControlPlaneIngress"
+        );
+        assert_eq!(
+            object.labels()["cluster.x-k8s.io/cluster-name"],
+            cpi.spec.cluster_name,
+            "{file}"
+        );
+    }
+    // The CAPI Cluster source owns its ControlPlaneIngress once, not twice.
+    let cpi = cpis(&m.client).get("tenant-04").await.unwrap();
+    assert_eq!(cpi.owner_references().len(), 1);
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_flavor_creates_its_route_kind_with_its_passthrough_setting() {
+    let m = management(&[]).await;
+    let running = start(m.client.clone());
+    let flavors = [
+        (
+            "haproxy",
+            json!({"controller": "haproxy"}),
+            Some("haproxy.org/ssl-passthrough"),
+        ),
+        (
+            "haproxy-ingress",
+            json!({"controller": "haproxy-ingress"}),
+            Some("haproxy-ingress.github.io/ssl-passthrough"),
+        ),
+        (
+            "nginx",
+            json!({"controller": "nginx"}),
+            Some("nginx.ingress.kubernetes.io/ssl-passthrough"),
+        ),
+        ("generic", json!({"controller": "generic"}), None),
+        ("traefik", json!({"controller": "traefik"}), None),
+        (
+            "gateway",
+            json!({"controller": "gateway", "gateway": {"parentRefs": [{"name": "shared", "namespace": "gw"}]}}),
+            None,
+        ),
+    ];
+    for (flavor, route, _) in &flavors {
+        apply_value(
+            &m.client,
+            cpi(&format!("t-{flavor}"), json!({}), route.clone()),
+        )
+        .await;
+    }
+    for (flavor, _, annotation) in flavors {
+        let name = format!("t-{flavor}");
+        let (reason, message) = wait_condition(&m.client, &name, "RouteReady", "True").await;
+        assert_eq!(reason, "Applied", "{flavor}: {message}");
+        let cpi = cpis(&m.client).get(&name).await.unwrap();
+        assert_eq!(
+            cpi.status.as_ref().unwrap().flavor.unwrap().as_str(),
+            flavor
+        );
+        match flavor {
+            "traefik" => {
+                let route = wait_route(&m.client, RouteKind::IngressRouteTcp, &name).await;
+                assert_eq!(route.data["spec"]["tls"]["passthrough"], true);
+            }
+            "gateway" => {
+                for host in ["api", "konnectivity"] {
+                    let route =
+                        wait_route(&m.client, RouteKind::TlsRoute, &format!("{name}-{host}")).await;
+                    assert_eq!(route.data["spec"]["parentRefs"][0]["name"], "shared");
+                }
+            }
+            _ => {
+                let ingress = Api::<Ingress>::namespaced(m.client.clone(), NS)
+                    .get(&name)
+                    .await
+                    .unwrap();
+                if let Some(key) = annotation {
+                    assert_eq!(ingress.annotations()[key], "true", "{flavor}");
+                }
+            }
+        }
+    }
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_flavor_replaces_the_route_and_deploy_false_removes_it() {
+    let m = management(&[]).await;
+    let running = start(m.client.clone());
+    apply_value(
+        &m.client,
+        cpi("switch", json!({"className": "haproxy"}), json!({})),
+    )
+    .await;
+    wait_route(&m.client, RouteKind::Ingress, "switch").await;
+
+    apply_value(
+        &m.client,
+        cpi(
+            "switch",
+            json!({"className": "haproxy"}),
+            json!({"controller": "traefik"}),
+        ),
+    )
+    .await;
+    wait_route(&m.client, RouteKind::IngressRouteTcp, "switch").await;
+    wait_gone(&m.client, RouteKind::Ingress, "switch").await;
+
+    apply_value(
+        &m.client,
+        cpi(
+            "switch",
+            json!({"deploy": false}),
+            json!({"controller": "traefik"}),
+        ),
+    )
+    .await;
+    wait_gone(&m.client, RouteKind::IngressRouteTcp, "switch").await;
+    let (reason, _) = wait_condition(&m.client, "switch", "RouteReady", "True").await;
+    assert_eq!(reason, "DeployDisabled");
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_cluster_gets_no_writes_until_resumed() {
+    let m = management(&[]).await;
+    let cluster = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": "paused", "namespace": NS}, "spec": {"paused": true}});
+    apply_value(&m.client, cluster.clone()).await;
+    let running = start(m.client.clone());
+    apply_value(
+        &m.client,
+        cpi("paused", json!({"className": "nginx"}), json!({})),
+    )
+    .await;
+    let (_, message) = wait_condition(&m.client, "paused", "Paused", "True").await;
+    assert!(message.contains("spec.paused"), "{message}");
+    assert!(
+        routes(&m.client, RouteKind::Ingress)
+            .get_opt("paused")
+            .await
+            .unwrap()
+            .is_none(),
+        "no route while paused"
+    );
+
+    let mut resumed = cluster;
+    resumed["spec"]["paused"] = json!(false);
+    apply_value(&m.client, resumed).await;
+    wait_route(&m.client, RouteKind::Ingress, "paused").await;
+    wait_condition(&m.client, "paused", "Paused", "False").await;
+    // The ControlPlaneIngress is owned by its Cluster (GC, clusterctl move).
+    let cpi = cpis(&m.client).get("paused").await.unwrap();
+    assert!(
+        cpi.owner_references()
+            .iter()
+            .any(|o| o.kind == "Cluster" && o.name == "paused")
+    );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_spec_is_a_condition_and_an_event_and_deletes_nothing() {
+    let m = management(&[]).await;
+    let running = start(m.client.clone());
+    apply_value(
+        &m.client,
+        cpi("bad", json!({"className": "haproxy"}), json!({})),
+    )
+    .await;
+    wait_route(&m.client, RouteKind::Ingress, "bad").await;
+
+    // The CRD schema cannot check annotation keys; the controller does.
+    apply_value(
+        &m.client,
+        cpi(
+            "bad",
+            json!({"className": "haproxy", "annotations": {"not a key": "x"}}),
+            json!({}),
+        ),
+    )
+    .await;
+    let (reason, message) = wait_condition(&m.client, "bad", "RouteReady", "False").await;
+    assert_eq!(reason, "InvalidSpec");
+    assert!(
+        message.contains("spec.ingress.annotations") && message.contains("\"not a key\""),
+        "{message}"
+    );
+    let events: Api<Event> = Api::namespaced(m.client.clone(), NS);
+    let event = eventually("InvalidSpec event", || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("InvalidSpec"))
+    })
+    .await;
+    assert_eq!(event.regarding.unwrap().name.as_deref(), Some("bad"));
+    assert!(
+        routes(&m.client, RouteKind::Ingress)
+            .get_opt("bad")
+            .await
+            .unwrap()
+            .is_some(),
+        "nothing deleted"
+    );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_route_crd_is_a_condition_and_the_route_follows_the_crd() {
+    let m = management(&["gateway.networking.k8s.io_tlsroutes"]).await;
+    let running = start(m.client.clone());
+    apply_value(
+        &m.client,
+        cpi(
+            "gw",
+            json!({}),
+            json!({"controller": "gateway", "gateway": {"parentRefs": [{"name": "shared"}]}}),
+        ),
+    )
+    .await;
+    let (reason, message) = wait_condition(&m.client, "gw", "RouteReady", "False").await;
+    assert_eq!(reason, "RouteKindNotInstalled");
+    assert!(
+        message.contains("TLSRoute (gateway.networking.k8s.io/v1) is not installed"),
+        "{message}"
+    );
+
+    let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/schemas/gateway.networking.k8s.io_tlsroutes.yaml");
+    m.api.load_crds(&crd).unwrap();
+    wait_route(&m.client, RouteKind::TlsRoute, "gw-api").await;
+    wait_condition(&m.client, "gw", "RouteReady", "True").await;
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_failures_are_retried_with_backoff_until_convergence() {
+    let m = management(&[]).await;
+    m.api
+        .fail_next(3, RequestMatch::new("apply", "/ingresses/"), 500);
+    m.api
+        .fail_next(2, RequestMatch::new("patch", "/status"), 409);
+    m.api.add_latency(
+        RequestMatch::new("*", "/ingresses"),
+        Duration::from_millis(100),
+    );
+    let running = start(m.client.clone());
+    apply_value(
+        &m.client,
+        cpi("faulty", json!({"className": "haproxy"}), json!({})),
+    )
+    .await;
+    wait_route(&m.client, RouteKind::Ingress, "faulty").await;
+    wait_condition(&m.client, "faulty", "RouteReady", "True").await;
+    let failed: Vec<_> = m
+        .api
+        .request_log()
+        .into_iter()
+        .filter(|r| r.status >= 409 && r.path.contains("faulty"))
+        .collect();
+    assert!(
+        failed.len() >= 3,
+        "the injected failures were hit: {failed:?}"
+    );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_leader_election_only_the_leader_writes_and_hands_over_on_shutdown() {
+    let m = management(&[]).await;
+    let replica = |identity: &str| {
+        let mut settings = Settings::for_tests();
+        settings.lease = Some(LeaseConfig {
+            name: "hcp-ingress-controller".into(),
+            namespace: NS.into(),
+            identity: identity.into(),
+            lease_duration: Duration::from_secs(4),
+            renew_deadline: Duration::from_secs(3),
+            retry_period: Duration::from_millis(200),
+        });
+        let mut config = kube::Config::new(m.api.url().parse().unwrap());
+        config.headers.push((
+            http::header::USER_AGENT,
+            http::HeaderValue::from_str(identity).unwrap(),
+        ));
+        start_with(kube::Client::try_from(config).unwrap(), settings)
+    };
+    let a = replica("replica-a");
+    let leases: Api<Lease> = Api::namespaced(m.client.clone(), NS);
+    eventually("replica-a leads", || async {
+        let lease = leases.get_opt("hcp-ingress-controller").await.ok()??;
+        (lease.spec?.holder_identity? == "replica-a").then_some(())
+    })
+    .await;
+    let b = replica("replica-b");
+    apply_value(
+        &m.client,
+        cpi("led", json!({"className": "haproxy"}), json!({})),
+    )
+    .await;
+    wait_route(&m.client, RouteKind::Ingress, "led").await;
+    wait_condition(&m.client, "led", "RouteReady", "True").await;
+    let writers = |log: Vec<memkube::RequestRecord>| {
+        log.into_iter()
+            .filter(|r| {
+                !matches!(r.verb.as_str(), "get" | "list" | "watch" | "discovery")
+                    && !r.path.contains("/leases")
+            })
+            .map(|r| r.user_agent)
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let seen = writers(m.api.request_log());
+    assert!(
+        seen.iter().all(|ua| !ua.contains("replica-b")),
+        "the standby wrote: {seen:?}"
+    );
+    assert!(
+        seen.iter().any(|ua| ua.contains("replica-a")),
+        "the leader wrote: {seen:?}"
+    );
+
+    // Shutdown releases the lease: the standby takes over well before it would expire.
+    a.stop().await;
+    eventually("replica-b leads", || async {
+        let lease = leases.get_opt("hcp-ingress-controller").await.ok()??;
+        (lease.spec?.holder_identity? == "replica-b").then_some(())
+    })
+    .await;
+    apply_value(
+        &m.client,
+        cpi("after", json!({"className": "haproxy"}), json!({})),
+    )
+    .await;
+    wait_route(&m.client, RouteKind::Ingress, "after").await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_restarted_at_steady_state_makes_no_writes() {
+    let m = management(&[]).await;
+    let running = start(m.client.clone());
+    for (name, route) in [
+        ("s1", json!({"controller": "haproxy"})),
+        ("s2", json!({"controller": "traefik"})),
+        (
+            "s3",
+            json!({"controller": "gateway", "gateway": {"parentRefs": [{"name": "g"}]}}),
+        ),
+    ] {
+        let cluster = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": name, "namespace": NS}, "spec": {"paused": false}});
+        apply_value(&m.client, cluster).await;
+        apply_value(&m.client, cpi(name, json!({}), route)).await;
+    }
+    for name in ["s1", "s2", "s3"] {
+        wait_condition(&m.client, name, "Ready", "True").await;
+    }
+    running.stop().await;
+
+    m.api.clear_request_log();
+    let running = start(m.client.clone());
+    // Wait until the restarted controller listed everything, then give it time to reconcile.
+    eventually(
+        "the restarted controller lists ControlPlaneIngresses",
+        || async {
+            m.api
+                .request_log()
+                .iter()
+                .any(|r| r.verb == "list" && r.path.contains("controlplaneingresses"))
+                .then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let writes = writes(&m.api);
+    assert!(
+        writes.is_empty(),
+        "steady state must need no writes, saw: {writes:#?}"
+    );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_control_plane_ingress_removes_what_it_created() {
+    let m = management(&[]).await;
+    apply_value(
+        &m.client,
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "TLSRoute", "metadata": {"name": "bystander", "namespace": NS},
+               "spec": {"parentRefs": [{"name": "g"}], "hostnames": ["x.example.com"], "rules": [{"backendRefs": [{"name": "s", "port": 1}]}]}}),
+    )
+    .await;
+    let running = start(m.client.clone());
+    apply_value(
+        &m.client,
+        cpi(
+            "gone",
+            json!({}),
+            json!({"controller": "gateway", "gateway": {"parentRefs": [{"name": "g"}]}}),
+        ),
+    )
+    .await;
+    wait_route(&m.client, RouteKind::TlsRoute, "gone-api").await;
+    wait_route(&m.client, RouteKind::TlsRoute, "gone-konnectivity").await;
+    cpis(&m.client)
+        .delete("gone", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&m.client, RouteKind::TlsRoute, "gone-api").await;
+    wait_gone(&m.client, RouteKind::TlsRoute, "gone-konnectivity").await;
+    // Someone else's object of the same kind, in the same namespace, is untouched.
+    assert!(
+        routes(&m.client, RouteKind::TlsRoute)
+            .get_opt("bystander")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    running.stop().await;
+}

@@ -1,0 +1,87 @@
+//! The config the controller renders is the config the proxy runs with:
+//! every rendered ConfigMap passes the proxy's own parser and validator, and
+//! the real binary (`hcp-ingress proxy --check-config`) loads it together
+//! with the rendered CA, certificate and key, laid out as the kubelet mounts
+//! the ConfigMap and Secret.
+
+use hcp_ingress::{
+    proxy::config,
+    render::workload::{CONFIG_DIR, CONFIG_FILE, TLS_DIR},
+};
+
+use crate::{inputs, object, render, secret_text};
+
+#[test]
+fn every_rendered_config_passes_the_proxy_validator() {
+    for input in inputs() {
+        let rendered = render(&input, false);
+        let text = object(&rendered, "ConfigMap", "hcp-ingress-proxy")["data"][CONFIG_FILE]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let cfg = config::validate(config::parse(&text).unwrap()).unwrap_or_else(|e| {
+            panic!(
+                "{}: the proxy rejects its config: {e}\n{text}",
+                input.display()
+            )
+        });
+        assert_eq!(
+            cfg.upstream.ca_file.to_str().unwrap(),
+            format!("{CONFIG_DIR}/ca.crt")
+        );
+        if let Some(tls) = &cfg.tls {
+            assert_eq!(
+                tls.cert_file.to_str().unwrap(),
+                format!("{TLS_DIR}/tls.crt")
+            );
+            assert_eq!(tls.key_file.to_str().unwrap(), format!("{TLS_DIR}/tls.key"));
+        }
+    }
+}
+
+#[test]
+fn the_proxy_binary_loads_the_rendered_config_and_certificates() {
+    for input in inputs() {
+        let rendered = render(&input, false);
+        let dir = std::env::temp_dir().join(format!(
+            "hcp-ingress-workload-{}-{}",
+            std::process::id(),
+            input.file_stem().unwrap().to_str().unwrap()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        // The mount points, moved under a temporary root.
+        let mount = |path: &str| dir.join(path.trim_start_matches('/'));
+        std::fs::create_dir_all(mount(CONFIG_DIR)).unwrap();
+        std::fs::create_dir_all(mount(TLS_DIR)).unwrap();
+        let config_map = object(&rendered, "ConfigMap", "hcp-ingress-proxy");
+        for (key, value) in config_map["data"].as_object().unwrap() {
+            let text = value.as_str().unwrap().replace(
+                "/etc/hcp-ingress",
+                dir.join("etc/hcp-ingress").to_str().unwrap(),
+            );
+            std::fs::write(mount(CONFIG_DIR).join(key), text).unwrap();
+        }
+        if let Some(secret) = rendered.objects.iter().find(|o| o["kind"] == "Secret") {
+            for key in ["tls.crt", "tls.key"] {
+                std::fs::write(mount(TLS_DIR).join(key), secret_text(secret, key)).unwrap();
+            }
+        }
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_hcp-ingress"))
+            .args(["proxy", "--check-config"])
+            .arg(mount(CONFIG_DIR).join(CONFIG_FILE))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success(),
+            "{}: the proxy refuses what was rendered: {stderr}",
+            input.display()
+        );
+        let effective = String::from_utf8(output.stdout).unwrap();
+        assert!(
+            effective.contains("serverName: \"api.tenant-0"),
+            "{effective}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
