@@ -1,21 +1,45 @@
 # syntax=docker/dockerfile:1
-# One image for the controller and the node proxy.
+# One image for the controller and the node proxy: a static (musl) binary on
+# distroless/static, non-root. Multi-arch: build with
+#   docker buildx build --platform linux/amd64,linux/arm64 .
+# (hack/build-image.sh). The build stage runs on the builder's own platform
+# and cross-compiles for TARGETARCH, so no emulation is needed.
+
 FROM --platform=$BUILDPLATFORM rust:1.95-bookworm AS build
 ARG TARGETARCH
+ARG BUILDARCH
 WORKDIR /src
+RUN set -eux; \
+    case "$TARGETARCH" in \
+      amd64) target=x86_64-unknown-linux-musl;  gnu=x86_64-linux-gnu;  pkg=gcc-x86-64-linux-gnu ;; \
+      arm64) target=aarch64-unknown-linux-musl; gnu=aarch64-linux-gnu; pkg=gcc-aarch64-linux-gnu ;; \
+      *) echo "unsupported TARGETARCH=$TARGETARCH (amd64, arm64)" >&2; exit 1 ;; \
+    esac; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends musl-tools; \
+    if [ "$TARGETARCH" != "$BUILDARCH" ]; then apt-get install -y --no-install-recommends "$pkg"; fi; \
+    rm -rf /var/lib/apt/lists/*; \
+    rustup target add "$target"; \
+    echo "$target" > /target; echo "$gnu" > /gnu
 COPY . .
-RUN case "$TARGETARCH" in \
-      amd64) target=x86_64-unknown-linux-musl ;; \
-      arm64) target=aarch64-unknown-linux-musl; apt-get update && apt-get install -y gcc-aarch64-linux-gnu ;; \
-      *) echo "unsupported arch $TARGETARCH" >&2; exit 1 ;; \
-    esac \
- && apt-get update && apt-get install -y musl-tools \
- && rustup target add "$target" \
- && CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=aarch64-linux-gnu-gcc \
-    cargo build --release --locked --target "$target" --bin hcp-ingress \
- && cp "target/$target/release/hcp-ingress" /hcp-ingress
+# C code of dependencies (ring) is built with the target's gcc; Rust's musl
+# targets link their own musl, so the gnu cross gcc works as linker.
+RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
+    --mount=type=cache,target=/src/target,sharing=locked \
+    set -eux; \
+    target="$(cat /target)"; gnu="$(cat /gnu)"; \
+    if [ "$TARGETARCH" != "$BUILDARCH" ]; then \
+      upper="$(echo "$target" | tr 'a-z-' 'A-Z_')"; \
+      export "CARGO_TARGET_${upper}_LINKER=${gnu}-gcc" "CC_$(echo "$target" | tr '-' '_')=${gnu}-gcc"; \
+    fi; \
+    cargo build --release --locked --target "$target" --bin hcp-ingress; \
+    cp "target/$target/release/hcp-ingress" /hcp-ingress
 
 FROM gcr.io/distroless/static-debian12:nonroot
+LABEL org.opencontainers.image.title="hcp-ingress" \
+      org.opencontainers.image.description="Cluster API add-on provider: hosted control planes behind one shared SNI-passthrough ingress" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://github.com/hcp-ingress/hcp-ingress"
 COPY --from=build /hcp-ingress /hcp-ingress
 USER 65532:65532
 ENTRYPOINT ["/hcp-ingress"]

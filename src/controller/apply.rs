@@ -40,13 +40,26 @@ pub fn up_to_date(desired: &DynamicObject, digest: &str, existing: Option<&Dynam
         )
 }
 
-/// `a ⊆ b`: every field of `a` is in `b` with the same value (lists element by element).
+/// `a ⊆ b`: every field of `a` is in `b` with the same value. Lists of
+/// objects that all carry a `name` (containers, env, ports, volumes) are
+/// compared by name, as server-side apply merges them; other lists element by
+/// element.
 pub fn is_subset(a: &serde_json::Value, b: &serde_json::Value) -> bool {
     use serde_json::Value;
+    let named = |list: &[Value]| {
+        list.iter()
+            .all(|v| v.get("name").is_some_and(Value::is_string))
+    };
     match (a, b) {
         (Value::Object(a), Value::Object(b)) => a.iter().all(|(k, v)| {
             b.get(k).is_some_and(|bv| is_subset(v, bv)) || (v.is_null() && !b.contains_key(k))
         }),
+        (Value::Array(a), Value::Array(b)) if !a.is_empty() && named(a) && named(b) => {
+            a.iter().all(|x| {
+                b.iter()
+                    .any(|y| y.get("name") == x.get("name") && is_subset(x, y))
+            })
+        }
         (Value::Array(a), Value::Array(b)) => {
             a.len() == b.len() && a.iter().zip(b).all(|(x, y)| is_subset(x, y))
         }
@@ -69,6 +82,15 @@ pub async fn apply(
     desired
         .annotations_mut()
         .insert(APPLIED_DIGEST_ANNOTATION.into(), digest);
+    write(ctx, api, desired).await
+}
+
+/// Server-side apply with our field manager, behind the leader gate.
+async fn write(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    desired: DynamicObject,
+) -> Result<bool, Error> {
     ctx.leader.ensure_leader()?;
     let name = desired.name_any();
     let kind = desired
@@ -85,6 +107,28 @@ pub async fn apply(
     .await
     .map_err(|source| Error::Apply { kind, name, source })?;
     Ok(true)
+}
+
+/// Apply only the fields of `desired` to an object that is not ours (the
+/// `kubernetes` Service, a CCM Deployment): no marker annotation, written only
+/// when a field we set is missing or different. Our field manager owns exactly
+/// these fields, so every other field stays with its owner.
+pub async fn apply_fields(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    desired: DynamicObject,
+    existing: Option<&DynamicObject>,
+) -> Result<bool, Error> {
+    let fields_present = existing.is_some_and(|e| {
+        is_subset(
+            &serde_json::to_value(&desired).unwrap_or_default(),
+            &serde_json::to_value(e).unwrap_or_default(),
+        )
+    });
+    if fields_present {
+        return Ok(false);
+    }
+    write(ctx, api, desired).await
 }
 
 /// Delete an object we own, only if it is still the one we saw (uid precondition).

@@ -13,6 +13,7 @@ mod reconcile;
 mod run;
 mod sources;
 pub mod status;
+mod workload;
 
 use std::{
     collections::HashMap,
@@ -80,6 +81,10 @@ pub struct ControllerArgs {
     /// Check each endpoint with a TLS handshake through the ingress.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub probe_endpoints: bool,
+    /// Image of the node proxy when `spec.proxy.image` is empty: the
+    /// controller's own image, so one setting serves air-gapped mirrors.
+    #[arg(long, env = "HCP_INGRESS_IMAGE", default_value = crate::render::workload::DEFAULT_IMAGE)]
+    pub proxy_image: String,
     /// Seconds between re-checks of a healthy ControlPlaneIngress.
     #[arg(long, default_value_t = 300)]
     pub resync_seconds: u64,
@@ -154,6 +159,12 @@ pub enum Error {
     /// A rendered object did not serialize.
     #[error(transparent)]
     Render(#[from] RenderError),
+    /// The finalizer could not be added or removed.
+    #[error("failed to manage the finalizer: {0}")]
+    Finalizer(String),
+    /// Workload clean-up failed; the finalizer stays until it succeeds.
+    #[error("failed to clean up the workload cluster: {0}")]
+    Cleanup(String),
     /// A watch cache has not synced yet.
     #[error("failed to reconcile: the {0} watch has not synced yet")]
     CacheNotReady(String),
@@ -174,6 +185,8 @@ impl Error {
             Error::Render(_) => "render",
             Error::Start(_) => "start",
             Error::CacheNotReady(_) => "cache_not_ready",
+            Error::Finalizer(_) => "finalizer",
+            Error::Cleanup(_) => "cleanup",
         }
     }
 
@@ -188,13 +201,15 @@ impl Error {
             Error::Render(_) => "RenderFailed",
             Error::Start(_) => "StartFailed",
             Error::CacheNotReady(_) => "CacheNotReady",
+            Error::Finalizer(_) => "FinalizerFailed",
+            Error::Cleanup(_) => "CleanupFailed",
         }
     }
 }
 
-/// Reconcile timing.
+/// How reconciliations behave: timing, probes, the proxy image.
 #[derive(Clone, Debug)]
-pub struct Timing {
+pub struct Tuning {
     /// Re-check interval of a healthy object.
     pub resync: Duration,
     /// Re-check interval of an object waiting on something outside (ingress, CRD).
@@ -203,6 +218,8 @@ pub struct Timing {
     pub probe_timeout: Duration,
     /// Whether to probe endpoints at all.
     pub probe_endpoints: bool,
+    /// Node proxy image when the spec names none.
+    pub proxy_image: String,
 }
 
 /// Per-object exponential backoff after errors: 1 s, 2 s, 4 s ... 5 min.
@@ -241,9 +258,11 @@ pub struct Context {
     /// Write gate.
     pub leader: Leader,
     /// Timing.
-    pub settings: Timing,
+    pub settings: Tuning,
     /// Error backoff.
     pub backoff: Backoff,
+    /// Workload cluster clients.
+    pub workload_clients: workload::Clients,
 }
 
 impl Context {

@@ -10,36 +10,33 @@ use k8s_openapi::{
 use kube::{
     Api, Resource, ResourceExt,
     api::{DynamicObject, Patch, PatchParams},
-    runtime::{controller::Action, events::EventType, reflector::ObjectRef},
+    runtime::{
+        controller::Action,
+        events::EventType,
+        finalizer::{self, Event as FinalizerEvent, finalizer},
+        reflector::ObjectRef,
+    },
 };
 use serde_json::json;
 
 use super::{
     Context, Error, apply, probe,
     status::{self, Desired, types},
+    workload,
 };
 use crate::{
-    api::{ControlPlaneIngress, ControlPlaneIngressStatus, MANAGER},
+    api::{ControlPlaneIngress, ControlPlaneIngressStatus, MANAGER, ProxyStatus},
     render::{self, RenderError, RouteKind},
 };
 
 /// CAPI's pause annotation.
 pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 
-/// Condition types this stage owns; the workload side owns the others.
-const MANAGEMENT_CONDITIONS: [&str; 5] = [
-    types::READY,
-    types::ROUTE_READY,
-    types::ENDPOINT_REACHABLE,
-    types::CERTIFICATE_COVERS_HOSTS,
-    types::PAUSED,
-];
-
 /// Entry point for the kube-runtime Controller.
 pub async fn reconcile(cpi: Arc<ControlPlaneIngress>, ctx: Arc<Context>) -> Result<Action, Error> {
     let _in_flight = ctx.metrics.in_flight();
     let started = Instant::now();
-    let result = reconcile_stages(&cpi, &ctx).await;
+    let result = with_finalizer(cpi.clone(), &ctx).await;
     ctx.metrics.reconciled(
         started.elapsed(),
         result.as_ref().map(drop).map_err(Error::metric_label),
@@ -71,15 +68,45 @@ fn key(cpi: &ControlPlaneIngress) -> String {
     format!("{}/{}", cpi.namespace().unwrap_or_default(), cpi.name_any())
 }
 
+/// Finalizer that holds deletion until the workload side is cleaned up.
+pub const FINALIZER: &str = "hcp-ingress.dev/workload-cleanup";
+
+async fn with_finalizer(cpi: Arc<ControlPlaneIngress>, ctx: &Context) -> Result<Action, Error> {
+    // Paused objects get no writes at all, the finalizer included.
+    if cpi.metadata.deletion_timestamp.is_none()
+        && let Some(reason) = paused(&cpi, ctx.cluster_of(&cpi).as_deref())
+    {
+        let conditions = vec![Desired::ok(types::PAUSED, "Paused", reason)];
+        write_status(ctx, &cpi, &conditions, None, true).await?;
+        return Ok(Action::await_change());
+    }
+    ctx.leader.ensure_leader()?;
+    let api: Api<ControlPlaneIngress> =
+        Api::namespaced(ctx.client.clone(), &cpi.namespace().unwrap_or_default());
+    finalizer(&api, FINALIZER, cpi, |event| async move {
+        match event {
+            FinalizerEvent::Apply(cpi) => reconcile_stages(&cpi, ctx).await,
+            FinalizerEvent::Cleanup(cpi) => cleanup(&cpi, ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| match e {
+        finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
+        other => Error::Finalizer(other.to_string()),
+    })
+}
+
+async fn cleanup(cpi: &ControlPlaneIngress, ctx: &Context) -> Result<Action, Error> {
+    let note = workload::cleanup(ctx, cpi).await.map_err(Error::Cleanup)?;
+    ctx.event(cpi, EventType::Normal, "WorkloadCleanedUp", "Delete", note)
+        .await;
+    Ok(Action::await_change())
+}
+
 async fn reconcile_stages(cpi: &ControlPlaneIngress, ctx: &Context) -> Result<Action, Error> {
     // Fetch: everything from the watch caches.
     ctx.caches_ready().await?;
     let cluster = ctx.cluster_of(cpi);
-    if let Some(reason) = paused(cpi, cluster.as_deref()) {
-        let conditions = vec![Desired::ok(types::PAUSED, "Paused", reason)];
-        write_status(ctx, cpi, &conditions, true).await?;
-        return Ok(Action::await_change());
-    }
 
     // Validate and build: pure.
     let desired = match render::management(cpi) {
@@ -95,7 +122,7 @@ async fn reconcile_stages(cpi: &ControlPlaneIngress, ctx: &Context) -> Result<Ac
             )
             .await;
             let conditions = vec![Desired::failed(types::ROUTE_READY, "InvalidSpec", message)];
-            write_status(ctx, cpi, &conditions, false).await?;
+            write_status(ctx, cpi, &conditions, None, true).await?;
             return Ok(Action::await_change());
         }
         Err(other) => return Err(other.into()),
@@ -144,15 +171,37 @@ async fn reconcile_stages(cpi: &ControlPlaneIngress, ctx: &Context) -> Result<Ac
     // Check through the ingress.
     let route_ok = conditions.iter().all(|c| c.status == status::Status::True);
     conditions.extend(probe_conditions(ctx, cpi, route_ok).await);
+
+    // The workload cluster.
+    let outcome = workload::reconcile(ctx, cpi, cluster.as_deref()).await;
+    for c in outcome
+        .conditions
+        .iter()
+        .filter(|c| c.status == status::Status::False)
+    {
+        ctx.event(
+            cpi,
+            EventType::Warning,
+            &c.reason,
+            "Workload",
+            c.message.clone(),
+        )
+        .await;
+    }
+    conditions.extend(outcome.conditions);
+
     let healthy =
         conditions.iter().all(|c| c.status == status::Status::True) && blockers.is_empty();
     conditions.extend(blockers);
-    write_status(ctx, cpi, &conditions, false).await?;
-    Ok(Action::requeue(if healthy {
+    write_status(ctx, cpi, &conditions, outcome.proxy, false).await?;
+    let next = if healthy {
         ctx.settings.resync
     } else {
         ctx.settings.retry
-    }))
+    };
+    Ok(Action::requeue(
+        outcome.requeue.map_or(next, |r| r.min(next)),
+    ))
 }
 
 /// Why reconciliation is paused, if it is: the Cluster's `spec.paused` or the
@@ -364,14 +413,20 @@ async fn ca_certificate(ctx: &Context, cpi: &ControlPlaneIngress) -> Result<Vec<
     }
 }
 
-/// Merge our conditions into the status and write it, only when it changed.
+/// Merge the conditions into the status and write it, only when it changed.
+/// `partial`: a stage stopped early (pause, invalid spec): conditions it did
+/// not recompute keep their last value.
 async fn write_status(
     ctx: &Context,
     cpi: &ControlPlaneIngress,
     desired: &[Desired],
-    paused: bool,
+    proxy: Option<(i32, i32)>,
+    partial: bool,
 ) -> Result<(), Error> {
     let current = cpi.status.clone().unwrap_or_default();
+    let paused = desired
+        .iter()
+        .any(|c| c.type_ == types::PAUSED && c.status == status::Status::True);
     let mut all = desired.to_vec();
     if !paused {
         all.push(Desired::failed(types::PAUSED, "NotPaused", "reconciling"));
@@ -379,28 +434,28 @@ async fn write_status(
     let summary = if paused {
         Desired::unknown(types::READY, "Paused", "reconciliation is paused")
     } else {
-        // Conditions owned by the workload side count too.
         let mut inputs = all.clone();
-        inputs.extend(
-            current
-                .conditions
-                .iter()
-                .filter(|c| !MANAGEMENT_CONDITIONS.contains(&c.type_.as_str()))
-                .map(Desired::from_condition),
-        );
+        if partial {
+            inputs.extend(
+                current
+                    .conditions
+                    .iter()
+                    .filter(|c| !all.iter().any(|d| d.type_ == c.type_) && c.type_ != types::READY)
+                    .map(Desired::from_condition),
+            );
+        }
         inputs.retain(|c| c.type_ != types::PAUSED);
         status::summarize(&inputs)
     };
     all.push(summary);
     // Blockers ("Cluster") feed the summary only.
     all.retain(|c| c.type_ != "Cluster");
-    let keep_others = |t: &str| !MANAGEMENT_CONDITIONS.contains(&t);
     let conditions = status::merge(
         &current.conditions,
         &all,
         cpi.metadata.generation,
         Timestamp::now(),
-        keep_others,
+        |_| partial,
     );
     let spec = &cpi.spec;
     let new = ControlPlaneIngressStatus {
@@ -411,7 +466,14 @@ async fn write_status(
             "https://{}:{}",
             spec.ingress.api_host, spec.ingress.port
         )),
-        proxy: current.proxy.clone(),
+        proxy: match proxy {
+            Some((desired_nodes, ready_nodes)) => Some(ProxyStatus {
+                desired_nodes,
+                ready_nodes,
+            }),
+            None if partial => current.proxy.clone(),
+            None => None,
+        },
     };
     if current == new {
         return Ok(());

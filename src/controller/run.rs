@@ -28,7 +28,7 @@ use kube::{
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Backoff, Context, ControllerArgs, Error, Leader, LeaseConfig, Metrics, Timing, leader,
+    Backoff, Context, ControllerArgs, Error, Leader, LeaseConfig, Metrics, Tuning, leader,
     reconcile::{error_policy, reconcile},
     sources,
 };
@@ -52,7 +52,7 @@ pub struct Settings {
     /// `/metrics`.
     pub metrics_addr: Option<SocketAddr>,
     /// Timing.
-    pub timing: Timing,
+    pub timing: Tuning,
     /// How often discovery is repeated even without CRD events.
     pub rediscover: Duration,
 }
@@ -80,11 +80,12 @@ impl Settings {
             }),
             health_addr: Some(args.health_addr),
             metrics_addr: Some(args.metrics_addr),
-            timing: Timing {
+            timing: Tuning {
                 resync: Duration::from_secs(args.resync_seconds.max(1)),
                 retry: Duration::from_secs(30),
                 probe_timeout: Duration::from_secs(5),
                 probe_endpoints: args.probe_endpoints,
+                proxy_image: args.proxy_image.clone(),
             },
             rediscover: Duration::from_secs(60),
         })
@@ -100,11 +101,12 @@ impl Settings {
             lease: None,
             health_addr: None,
             metrics_addr: None,
-            timing: Timing {
+            timing: Tuning {
                 resync: Duration::from_secs(300),
                 retry: Duration::from_secs(2),
                 probe_timeout: Duration::from_secs(2),
                 probe_endpoints: false,
+                proxy_image: crate::render::workload::DEFAULT_IMAGE.to_string(),
             },
             rediscover: Duration::from_secs(60),
         }
@@ -488,6 +490,7 @@ async fn run_controllers(
         leader: leader.clone(),
         settings: settings.timing.clone(),
         backoff: Backoff::default(),
+        workload_clients: Default::default(),
     });
 
     // Ready once every cache has its first full list.

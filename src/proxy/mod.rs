@@ -1,17 +1,126 @@
-//! The node-local proxy (not built yet).
+//! The node-local proxy (`hcp-ingress proxy`): the per-node replacement of
+//! k0smotron's HAProxy sidecar. Pods reach `kubernetes.default.svc` through
+//! it; it routes each TLS connection by SNI to the shared ingress.
+//!
+//! Flow: [`server`] accepts → [`conn`] reads the ClientHello ([`clienthello`])
+//! and picks a path → [`upstream`] picks an address → bytes flow through
+//! [`copy`] (TLS via [`tls`]; PROXY v2 via [`proxy_protocol`]). [`reload`]
+//! swaps config and certificates, [`admin`] serves probes and [`metrics`].
+
+pub mod admin;
+pub mod clienthello;
+pub mod config;
+pub mod conn;
+pub mod copy;
+pub mod dns;
+pub mod metrics;
+pub mod netlink;
+pub mod proxy_protocol;
+pub mod reload;
+pub mod server;
+pub mod tls;
+pub mod upstream;
 
 use std::{path::PathBuf, process::ExitCode};
 
+use crate::telemetry::{LogFormat, init_logging};
+
 /// Flags of `hcp-ingress proxy`.
 #[derive(clap::Args, Debug)]
+#[command(group(clap::ArgGroup::new("file").required(true).args(["config", "check_config"])))]
 pub struct ProxyArgs {
-    /// Proxy configuration file (YAML).
-    #[arg(long)]
+    /// Proxy configuration file (YAML); watched for changes.
+    #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Validate FILE (and the files it names), print the effective config,
+    /// exit 0; or exit 2 naming the key at fault.
+    #[arg(long, value_name = "FILE")]
+    pub check_config: Option<PathBuf>,
+    /// Log format; overrides `log.format` of the config file.
+    #[arg(long, value_enum, env = "HCP_PROXY_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
+}
+
+/// Name the config key a TLS loading error is about.
+fn tls_key(cfg: &config::Config, err: &tls::TlsError) -> &'static str {
+    let path = match err {
+        tls::TlsError::Read { path, .. } | tls::TlsError::Pem { path, .. } => path.as_str(),
+        tls::TlsError::Rustls(_) => return "tls.keyFile",
+    };
+    let is = |p: &std::path::Path| p.display().to_string() == path;
+    match &cfg.tls {
+        Some(t) if is(&t.cert_file) => "tls.certFile",
+        Some(t) if is(&t.key_file) => "tls.keyFile",
+        _ => "upstream.caFile",
+    }
+}
+
+/// Load config and TLS, with errors prefixed by the key at fault.
+fn load(path: &std::path::Path) -> Result<server::State, String> {
+    let cfg = config::load(path).map_err(|e| e.to_string())?;
+    let tls = tls::TlsMaterial::load(&cfg).map_err(|e| format!("{}: {e}", tls_key(&cfg, &e)))?;
+    Ok(server::State { cfg, tls })
 }
 
 /// Entry point of `hcp-ingress proxy`.
-pub fn main(_args: ProxyArgs) -> ExitCode {
-    eprintln!("error: `hcp-ingress proxy` is not built yet");
-    ExitCode::from(3)
+pub fn main(args: ProxyArgs) -> ExitCode {
+    if let Some(path) = args.check_config {
+        return match load(&path) {
+            Ok(state) => {
+                print!("{}", state.cfg);
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    let Some(path) = args.config else {
+        eprintln!("error: --config or --check-config is required");
+        return ExitCode::from(2);
+    };
+    let state = match load(&path) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let format = args.log_format.unwrap_or(match state.cfg.log_format {
+        config::LogFormatKey::Text => LogFormat::Text,
+        config::LogFormatKey::Json => LogFormat::Json,
+    });
+    // rustls warns on every handshake whose SNI is an IP literal (wrk, some
+    // libraries): that is a client quirk, not the operator's business.
+    init_logging(format, &format!("{},rustls=error", state.cfg.log_level));
+
+    // One thread is the measured default: the proxy shares a node with the
+    // workloads, and one core already carries well above a node's API load
+    // (docs/proxy.md). More threads only help with many busy clients.
+    let threads = state.cfg.worker_threads;
+    let runtime = if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+    };
+    let runtime = match runtime {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: failed to start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(server::run(state, path)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "proxy stopped");
+            ExitCode::FAILURE
+        }
+    }
 }

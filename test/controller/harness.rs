@@ -83,7 +83,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         if let Some(value) = check().await {
             return value;
@@ -149,7 +149,7 @@ pub async fn wait_condition(
     status: &str,
 ) -> (String, String) {
     let api = cpis(client);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         let cpi = api.get_opt(name).await.ok().flatten();
         if let Some(cpi) = &cpi

@@ -4,3 +4,4 @@
 
 mod harness;
 mod management;
+mod workload;

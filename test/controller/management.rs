@@ -24,7 +24,8 @@ fn cpi(name: &str, ingress_extra: Value, route: Value) -> Value {
         .as_object_mut()
         .unwrap()
         .extend(ingress_extra.as_object().unwrap().clone());
-    let mut spec = json!({"clusterName": name, "ingress": ingress,
+    // Management side only: no workload cluster behind these.
+    let mut spec = json!({"clusterName": name, "ingress": ingress, "proxy": {"enabled": false},
                           "backend": {"serviceName": format!("kmc-{name}"), "apiPort": 30443, "konnectivityPort": 30132}});
     if route != json!({}) {
         spec["route"] = route;

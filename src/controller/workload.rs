@@ -1,0 +1,736 @@
+//! The workload side of a reconciliation, through Secret `<cluster>-kubeconfig`:
+//! install the node proxy, steer `kubernetes.default.svc` to it, point the
+//! cloud-controller-manager at the ingress by name, and report what happened.
+//! Decisions come from `render::workload` and `pki`; this module does the I/O.
+
+use std::{
+    collections::HashMap,
+    net::IpAddr,
+    sync::Mutex,
+    time::{Duration, SystemTime},
+};
+
+use k8s_openapi::api::{
+    apps::v1::DaemonSet,
+    core::v1::{Endpoints, Secret, Service},
+    discovery::v1::EndpointSlice,
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ApiResource, DynamicObject, GroupVersionKind},
+    config::{KubeConfigOptions, Kubeconfig},
+};
+use md5::{Digest, Md5};
+
+use super::{
+    Context, apply,
+    status::{Desired, types},
+};
+use crate::{
+    api::ControlPlaneIngress,
+    pki::{self, CertificateAuthority, Renewal},
+    render::workload::{
+        self as ccm, self, NAME, NAMESPACE, OverrideTarget, ProxyObjects, ProxyTls,
+        SteeringObjects, WorkloadInputs,
+    },
+};
+
+/// What the workload side found, for the status.
+pub struct Outcome {
+    /// WorkloadReachable, ProxyReady, EndpointsSteered, CCMConfigured.
+    pub conditions: Vec<Desired>,
+    /// Desired and ready nodes of the proxy DaemonSet.
+    pub proxy: Option<(i32, i32)>,
+    /// When to look again at the latest (certificate renewal, drift checks).
+    pub requeue: Option<Duration>,
+}
+
+/// Workload clients, one per cluster, rebuilt when its kubeconfig changes.
+#[derive(Default)]
+pub struct Clients(Mutex<HashMap<String, (String, Client)>>);
+
+/// Why a workload cluster cannot be reached: a condition reason and message.
+struct Unreachable {
+    reason: &'static str,
+    message: String,
+}
+
+impl Clients {
+    async fn get(
+        &self,
+        mgmt: &Client,
+        namespace: &str,
+        cluster: &str,
+    ) -> Result<Client, Unreachable> {
+        let name = format!("{cluster}-kubeconfig");
+        let secrets: Api<Secret> = Api::namespaced(mgmt.clone(), namespace);
+        let secret = secrets.get_opt(&name).await.map_err(|e| Unreachable {
+            reason: "KubeconfigUnreadable",
+            message: format!("failed to read Secret {namespace}/{name}: {e}"),
+        })?;
+        let Some(value) = secret
+            .and_then(|s| s.data)
+            .and_then(|mut d| d.remove("value"))
+        else {
+            return Err(Unreachable {
+                reason: "KubeconfigMissing",
+                message: format!(
+                    "Secret {namespace}/{name} with key `value` not found: CAPI writes it once the control plane is up"
+                ),
+            });
+        };
+        let digest: String = Md5::digest(&value.0)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let key = format!("{namespace}/{cluster}");
+        if let Some((seen, client)) = self.0.lock().expect("client cache").get(&key)
+            && *seen == digest
+        {
+            return Ok(client.clone());
+        }
+        let invalid = |e: String| Unreachable {
+            reason: "KubeconfigInvalid",
+            message: format!("Secret {namespace}/{name}: {e}"),
+        };
+        let text =
+            String::from_utf8(value.0).map_err(|_| invalid("`value` is not UTF-8".into()))?;
+        let kubeconfig = Kubeconfig::from_yaml(&text).map_err(|e| invalid(e.to_string()))?;
+        let mut config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| invalid(e.to_string()))?;
+        // An unreachable cluster must cost a bounded time, not a reconcile slot for minutes.
+        config.connect_timeout = Some(Duration::from_secs(5));
+        config.read_timeout = Some(Duration::from_secs(15));
+        // kube retries 503s up to 15 times with growing delays; this controller
+        // has its own per-cluster backoff and must report the failure promptly.
+        config.default_retry = false;
+        let client = Client::try_from(config).map_err(|e| invalid(e.to_string()))?;
+        tracing::info!(cluster = %key, "built a workload client from the kubeconfig Secret");
+        self.0
+            .lock()
+            .expect("client cache")
+            .insert(key, (digest, client.clone()));
+        Ok(client)
+    }
+}
+
+/// Whether CAPI says the control plane is initialized (v1beta2 and v1beta1
+/// fields); `None` when there is no Cluster to ask.
+pub fn control_plane_initialized(cluster: Option<&DynamicObject>) -> Option<bool> {
+    let status = cluster?.data.get("status");
+    let v1beta2 = status
+        .and_then(|s| s.pointer("/initialization/controlPlaneInitialized"))
+        .and_then(|v| v.as_bool());
+    let v1beta1 = status
+        .and_then(|s| s.get("controlPlaneReady"))
+        .and_then(|v| v.as_bool());
+    let condition = status
+        .and_then(|s| s.get("conditions"))
+        .and_then(|c| c.as_array())
+        .and_then(|conditions| {
+            conditions
+                .iter()
+                .find(|c| c["type"] == "ControlPlaneInitialized")
+                .map(|c| c["status"] == "True")
+        });
+    Some(v1beta2.or(v1beta1).or(condition).unwrap_or(false))
+}
+
+/// Bring the workload cluster to the desired state.
+pub async fn reconcile(
+    ctx: &Context,
+    cpi: &ControlPlaneIngress,
+    cluster: Option<&DynamicObject>,
+) -> Outcome {
+    let spec = workload::proxy_spec(cpi);
+    if !spec.enabled {
+        return Outcome {
+            conditions: disabled(),
+            proxy: None,
+            requeue: None,
+        };
+    }
+    if control_plane_initialized(cluster) == Some(false) {
+        let waiting = "waiting for the control plane to be initialized (Cluster status)";
+        return Outcome {
+            conditions: vec![Desired::unknown(
+                types::WORKLOAD_REACHABLE,
+                "ControlPlaneNotInitialized",
+                waiting,
+            )],
+            proxy: None,
+            requeue: Some(ctx.settings.retry),
+        };
+    }
+    let namespace = cpi.namespace().unwrap_or_default();
+    let client = match ctx
+        .workload_clients
+        .get(&ctx.client, &namespace, &cpi.spec.cluster_name)
+        .await
+    {
+        Ok(client) => client,
+        Err(u) => return unreachable(ctx, cpi, u),
+    };
+    match install(ctx, cpi, cluster, &client).await {
+        Ok(outcome) => {
+            ctx.backoff.reset(&workload_key(cpi));
+            outcome
+        }
+        Err(u) => unreachable(ctx, cpi, u),
+    }
+}
+
+fn disabled() -> Vec<Desired> {
+    let off = "spec.proxy.enabled is false: nothing is installed in the workload cluster";
+    vec![
+        Desired::ok(types::PROXY_READY, "ProxyDisabled", off),
+        Desired::ok(types::ENDPOINTS_STEERED, "ProxyDisabled", off),
+    ]
+}
+
+fn workload_key(cpi: &ControlPlaneIngress) -> String {
+    format!(
+        "workload/{}/{}",
+        cpi.namespace().unwrap_or_default(),
+        cpi.name_any()
+    )
+}
+
+fn unreachable(ctx: &Context, cpi: &ControlPlaneIngress, u: Unreachable) -> Outcome {
+    // Backoff per cluster: never a hot loop, and other clusters go on meanwhile.
+    let delay = ctx
+        .backoff
+        .next(&workload_key(cpi))
+        .max(Duration::from_secs(1));
+    Outcome {
+        conditions: vec![Desired::failed(
+            types::WORKLOAD_REACHABLE,
+            u.reason,
+            u.message,
+        )],
+        proxy: None,
+        requeue: Some(delay),
+    }
+}
+
+fn api_error(what: &str, e: kube::Error) -> Unreachable {
+    let reason = match &e {
+        kube::Error::Api(_) => "WorkloadAPIError",
+        _ => "WorkloadUnreachable",
+    };
+    Unreachable {
+        reason,
+        message: format!("failed to {what} in the workload cluster: {e}"),
+    }
+}
+
+async fn install(
+    ctx: &Context,
+    cpi: &ControlPlaneIngress,
+    cluster: Option<&DynamicObject>,
+    client: &Client,
+) -> Result<Outcome, Unreachable> {
+    let mut conditions = vec![Desired::ok(
+        types::WORKLOAD_REACHABLE,
+        "Connected",
+        "the workload API answers through the kubeconfig Secret",
+    )];
+    let mut requeue = None;
+    let spec = workload::proxy_spec(cpi);
+
+    // Facts about the workload cluster.
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let kubernetes = services
+        .get_opt("kubernetes")
+        .await
+        .map_err(|e| api_error("read Service default/kubernetes", e))?;
+    let mut inputs = WorkloadInputs {
+        image: if spec.image.is_empty() {
+            ctx.settings.proxy_image.clone()
+        } else {
+            spec.image.clone()
+        },
+        cluster_domain: cluster
+            .and_then(|c| c.data.pointer("/spec/clusterNetwork/serviceDomain"))
+            .and_then(|v| v.as_str())
+            .unwrap_or(workload::DEFAULT_CLUSTER_DOMAIN)
+            .to_string(),
+        ..WorkloadInputs::default()
+    };
+    if let Some(ip) = kubernetes
+        .as_ref()
+        .and_then(|s| s.spec.as_ref()?.cluster_ip.as_ref()?.parse::<IpAddr>().ok())
+    {
+        inputs.service_ip = ip;
+    }
+    if spec.steering == crate::api::Steering::Service {
+        // The API server owns the Service's ports: listen where they point.
+        inputs.proxy_port = kubernetes
+            .as_ref()
+            .and_then(|s| {
+                s.spec
+                    .as_ref()?
+                    .ports
+                    .as_ref()?
+                    .first()?
+                    .target_port
+                    .clone()
+            })
+            .and_then(|p| match p {
+                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(n) => {
+                    u16::try_from(n).ok()
+                }
+                _ => None,
+            });
+    }
+
+    // The dedicated proxy certificate, from the cluster CA; the API server's key is never read.
+    let ca = cluster_ca(ctx, cpi).await;
+    match &ca {
+        Ok(ca) => inputs.ca_cert_pem = Some(ca.cert_pem().to_string()),
+        Err(message) => {
+            conditions.push(Desired::failed(
+                types::PROXY_READY,
+                "CANotAvailable",
+                message.clone(),
+            ));
+            return Ok(Outcome {
+                conditions,
+                proxy: None,
+                requeue: Some(ctx.settings.retry),
+            });
+        }
+    }
+    let ca = ca.expect("checked above");
+    if let Some(leaf_spec) = workload::proxy_leaf_spec(cpi, &inputs, SystemTime::now()) {
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+        let live = secrets
+            .get_opt(NAME)
+            .await
+            .map_err(|e| api_error("read the proxy Secret", e))?;
+        let live_tls = live.and_then(|s| s.data).and_then(|d| {
+            let cert = String::from_utf8(d.get("tls.crt")?.0.clone()).ok()?;
+            let key = String::from_utf8(d.get("tls.key")?.0.clone()).ok()?;
+            Some(ProxyTls {
+                cert_pem: cert,
+                key_pem: key,
+            })
+        });
+        let renewal = live_tls
+            .as_ref()
+            .map(|t| pki::renewal_due(&t.cert_pem, leaf_spec.now, &ca, &leaf_spec))
+            .unwrap_or(Renewal::Due(pki::RenewReason::Unparsable(
+                "no certificate yet".into(),
+            )));
+        let tls = match (renewal, live_tls) {
+            (Renewal::Valid { renew_at }, Some(tls)) => {
+                requeue = renew_at.duration_since(SystemTime::now()).ok();
+                tls
+            }
+            (due, _) => {
+                let leaf = pki::mint_leaf(&ca, &leaf_spec).map_err(|e| Unreachable {
+                    reason: "CertificateMintFailed",
+                    message: format!("failed to mint the proxy certificate: {e}"),
+                })?;
+                if let Renewal::Due(reason) = due {
+                    tracing::info!(object = %crate::render::describe(cpi), %reason, "minting the proxy certificate");
+                }
+                requeue = leaf.renew_at().duration_since(SystemTime::now()).ok();
+                ProxyTls::from(&leaf)
+            }
+        };
+        inputs.tls = Some(tls);
+    }
+
+    let objects = match workload::proxy(cpi, &inputs) {
+        Ok(Some(objects)) => objects,
+        Ok(None) => {
+            return Ok(Outcome {
+                conditions: disabled(),
+                proxy: None,
+                requeue: None,
+            });
+        }
+        Err(e) => {
+            conditions.push(Desired::failed(
+                types::PROXY_READY,
+                "InvalidSpec",
+                e.to_string(),
+            ));
+            return Ok(Outcome {
+                conditions,
+                proxy: None,
+                requeue: None,
+            });
+        }
+    };
+
+    // Steering first looks at what is there: a rewrite by someone else is news.
+    let drift = steering_drift(client, &objects).await?;
+    for object in objects.to_dynamic().map_err(|e| Unreachable {
+        reason: "RenderFailed",
+        message: e.to_string(),
+    })? {
+        apply_object(ctx, client, object).await?;
+    }
+    conditions.push(steered(&objects, drift));
+    if conditions
+        .last()
+        .is_some_and(|c| c.status != super::status::Status::True)
+    {
+        requeue = Some(ctx.settings.retry);
+    }
+
+    // The DaemonSet's own report.
+    let daemon_sets: Api<DaemonSet> = Api::namespaced(client.clone(), NAMESPACE);
+    let ds = daemon_sets
+        .get_opt(NAME)
+        .await
+        .map_err(|e| api_error("read the proxy DaemonSet", e))?;
+    let (desired, ready) = ds
+        .and_then(|d| d.status)
+        .map(|s| (s.desired_number_scheduled, s.number_ready))
+        .unwrap_or((0, 0));
+    conditions.push(if desired > 0 && ready == desired {
+        Desired::ok(
+            types::PROXY_READY,
+            "AllNodesReady",
+            format!("{ready}/{desired} nodes run a ready proxy"),
+        )
+    } else if desired == 0 {
+        Desired::unknown(
+            types::PROXY_READY,
+            "NoNodes",
+            "the proxy DaemonSet has no node scheduled yet",
+        )
+    } else {
+        Desired::failed(
+            types::PROXY_READY,
+            "NodesNotReady",
+            format!("{ready}/{desired} nodes run a ready proxy"),
+        )
+    });
+    if desired == 0 || ready < desired {
+        requeue = Some(ctx.settings.retry);
+    }
+
+    conditions.push(configure_ccm(ctx, cpi, client).await?);
+    Ok(Outcome {
+        conditions,
+        proxy: Some((desired, ready)),
+        requeue,
+    })
+}
+
+/// The cluster CA from Secret `<cluster>-ca` in the management cluster.
+async fn cluster_ca(
+    ctx: &Context,
+    cpi: &ControlPlaneIngress,
+) -> Result<CertificateAuthority, String> {
+    let namespace = cpi.namespace().unwrap_or_default();
+    let name = format!("{}-ca", cpi.spec.cluster_name);
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    let secret = api
+        .get_opt(&name)
+        .await
+        .map_err(|e| format!("failed to read Secret {namespace}/{name}: {e}"))?
+        .ok_or_else(|| format!("Secret {namespace}/{name} not found: the proxy certificate is minted from the cluster CA"))?;
+    let data = secret.data.unwrap_or_default();
+    let field = |key: &str| {
+        data.get(key)
+            .and_then(|b| String::from_utf8(b.0.clone()).ok())
+            .ok_or_else(|| format!("Secret {namespace}/{name} has no {key}"))
+    };
+    CertificateAuthority::from_pem(&field("tls.crt")?, &field("tls.key")?)
+        .map_err(|e| format!("Secret {namespace}/{name}: {e}"))
+}
+
+/// The plural of each kind the workload side writes.
+fn resource_of(obj: &DynamicObject) -> ApiResource {
+    let types = obj.types.clone().unwrap_or_default();
+    let (group, version) = types
+        .api_version
+        .rsplit_once('/')
+        .unwrap_or(("", &types.api_version));
+    let plural = match types.kind.as_str() {
+        "ConfigMap" => "configmaps",
+        "Secret" => "secrets",
+        "DaemonSet" => "daemonsets",
+        "Deployment" => "deployments",
+        "Endpoints" => "endpoints",
+        "EndpointSlice" => "endpointslices",
+        "Service" => "services",
+        other => return ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, other)),
+    };
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, &types.kind), plural)
+}
+
+async fn apply_object(
+    ctx: &Context,
+    client: &Client,
+    object: DynamicObject,
+) -> Result<(), Unreachable> {
+    let resource = resource_of(&object);
+    let namespace = object.namespace().unwrap_or_default();
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
+    let name = object.name_any();
+    let existing = api
+        .get_opt(&name)
+        .await
+        .map_err(|e| api_error(&format!("read {} {namespace}/{name}", resource.kind), e))?;
+    // The `kubernetes` Service is not ours: apply only our fields, no marker annotation.
+    let result = if resource.kind == "Service" {
+        apply::apply_fields(ctx, &api, object, existing.as_ref()).await
+    } else {
+        apply::apply(ctx, &api, object, existing.as_ref()).await
+    };
+    result.map(drop).map_err(|e| Unreachable {
+        reason: "ApplyFailed",
+        message: e.to_string(),
+    })
+}
+
+/// What someone else changed in the steering objects since we applied them.
+async fn steering_drift(
+    client: &Client,
+    objects: &ProxyObjects,
+) -> Result<Vec<String>, Unreachable> {
+    let ours = |o: &Option<Endpoints>| {
+        o.as_ref().is_some_and(|e| {
+            e.annotations()
+                .contains_key(apply::APPLIED_DIGEST_ANNOTATION)
+        })
+    };
+    match &objects.steering {
+        SteeringObjects::AdvertiseAddress { .. } => {
+            let endpoints = Api::<Endpoints>::namespaced(client.clone(), "default")
+                .get_opt("kubernetes")
+                .await
+                .map_err(|e| api_error("read Endpoints default/kubernetes", e))?;
+            let slice = Api::<EndpointSlice>::namespaced(client.clone(), "default")
+                .get_opt("kubernetes")
+                .await
+                .map_err(|e| api_error("read EndpointSlice default/kubernetes", e))?;
+            // Before our first apply the API server's own endpoints are simply the starting point.
+            if !ours(&endpoints) {
+                return Ok(Vec::new());
+            }
+            Ok(workload::steering_drift(
+                &objects.steering,
+                endpoints.as_ref(),
+                slice.as_ref(),
+                None,
+            ))
+        }
+        SteeringObjects::Service { .. } => {
+            let service = Api::<Service>::namespaced(client.clone(), "default")
+                .get_opt("kubernetes")
+                .await
+                .map_err(|e| api_error("read Service default/kubernetes", e))?;
+            Ok(workload::steering_drift(
+                &objects.steering,
+                None,
+                None,
+                service.as_ref(),
+            ))
+            .map(|d| if service.is_some() { d } else { Vec::new() })
+        }
+    }
+}
+
+fn steered(objects: &ProxyObjects, drift: Vec<String>) -> Desired {
+    match (&objects.steering, drift.is_empty()) {
+        (SteeringObjects::AdvertiseAddress { .. }, true) => Desired::ok(
+            types::ENDPOINTS_STEERED,
+            "AdvertiseAddress",
+            "default/kubernetes Endpoints and EndpointSlice point at the node-local proxy address",
+        ),
+        (SteeringObjects::Service { .. }, true) => Desired::ok(
+            types::ENDPOINTS_STEERED,
+            "ServiceSelector",
+            "the kubernetes Service selects the node proxy (internalTrafficPolicy: Local)",
+        ),
+        (SteeringObjects::AdvertiseAddress { .. }, false) => Desired::failed(
+            types::ENDPOINTS_STEERED,
+            "EndpointsOverwritten",
+            format!(
+                "something else rewrote default/kubernetes ({}): run the API server with --endpoint-reconciler-type=none; re-steered for now",
+                drift.join("; ")
+            ),
+        ),
+        (SteeringObjects::Service { .. }, false) => Desired::failed(
+            types::ENDPOINTS_STEERED,
+            "ServiceOverwritten",
+            format!(
+                "something else changed the kubernetes Service ({}); re-applied",
+                drift.join("; ")
+            ),
+        ),
+    }
+}
+
+/// Set `KUBERNETES_SERVICE_HOST/PORT` on each CCM target found.
+async fn configure_ccm(
+    ctx: &Context,
+    cpi: &ControlPlaneIngress,
+    client: &Client,
+) -> Result<Desired, Unreachable> {
+    let targets = ccm::ccm_targets(cpi);
+    if targets.is_empty() {
+        return Ok(Desired::ok(
+            types::CCM_CONFIGURED,
+            "Disabled",
+            "spec.ccm.enabled is false",
+        ));
+    }
+    let mut patched = Vec::new();
+    let mut missing = Vec::new();
+    for target in targets {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            &target.namespace,
+            &target.kind.api_resource(),
+        );
+        let live = api.get_opt(&target.name).await.map_err(|e| {
+            api_error(
+                &format!(
+                    "read {} {}/{}",
+                    target.kind.as_str(),
+                    target.namespace,
+                    target.name
+                ),
+                e,
+            )
+        })?;
+        let Some(live) = live else {
+            if !target.well_known {
+                missing.push(describe(&target));
+            }
+            continue;
+        };
+        let containers = if target.containers.is_empty() {
+            container_names(&live)
+        } else {
+            target.containers.clone()
+        };
+        let patch = ccm::ccm_patch(
+            cpi,
+            target.kind,
+            &target.namespace,
+            &target.name,
+            &containers,
+        );
+        apply::apply_fields(ctx, &api, patch, Some(&live))
+            .await
+            .map_err(|e| Unreachable {
+                reason: "ApplyFailed",
+                message: e.to_string(),
+            })?;
+        patched.push(format!(
+            "{} (containers: {})",
+            describe(&target),
+            containers.join(", ")
+        ));
+    }
+    let [(_, host), (_, port)] = ccm::service_host_env(cpi);
+    Ok(if !missing.is_empty() {
+        Desired::failed(
+            types::CCM_CONFIGURED,
+            "TargetNotFound",
+            format!("not found: {}", missing.join(", ")),
+        )
+    } else if patched.is_empty() {
+        Desired::ok(
+            types::CCM_CONFIGURED,
+            "NoCCMFound",
+            "no well-known cloud-controller-manager runs in kube-system",
+        )
+    } else {
+        Desired::ok(
+            types::CCM_CONFIGURED,
+            "Patched",
+            format!(
+                "KUBERNETES_SERVICE_HOST={host} KUBERNETES_SERVICE_PORT={port} on {}",
+                patched.join(", ")
+            ),
+        )
+    })
+}
+
+fn describe(target: &OverrideTarget) -> String {
+    format!(
+        "{} {}/{}",
+        target.kind.as_str(),
+        target.namespace,
+        target.name
+    )
+}
+
+fn container_names(workload: &DynamicObject) -> Vec<String> {
+    workload
+        .data
+        .pointer("/spec/template/spec/containers")
+        .and_then(|c| c.as_array())
+        .map(|cs| {
+            cs.iter()
+                .filter_map(|c| c["name"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Remove what we installed (ConfigMap, Secret, DaemonSet). The steering
+/// objects stay: deleting them would cut the cluster's in-cluster API path.
+/// Returns a note for the Event.
+pub async fn cleanup(ctx: &Context, cpi: &ControlPlaneIngress) -> Result<String, String> {
+    let namespace = cpi.namespace().unwrap_or_default();
+    let client = match ctx
+        .workload_clients
+        .get(&ctx.client, &namespace, &cpi.spec.cluster_name)
+        .await
+    {
+        Ok(client) => client,
+        // No kubeconfig: the cluster is gone or was never reachable; nothing of ours to remove.
+        Err(u) if u.reason == "KubeconfigMissing" => {
+            return Ok("no workload cluster to clean up".into());
+        }
+        Err(u) => return Err(u.message),
+    };
+    let mut removed = Vec::new();
+    for (resource, kind) in [
+        (ApiResource::erase::<DaemonSet>(&()), "DaemonSet"),
+        (ApiResource::erase::<Secret>(&()), "Secret"),
+        (
+            ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+            "ConfigMap",
+        ),
+    ] {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NAMESPACE, &resource);
+        let live = api
+            .get_opt(NAME)
+            .await
+            .map_err(|e| format!("failed to read {kind} {NAMESPACE}/{NAME}: {e}"))?;
+        // Only objects we created carry our labels.
+        if let Some(live) = live.filter(|o| {
+            o.labels()
+                .get(crate::api::MANAGED_BY_LABEL)
+                .map(String::as_str)
+                == Some(crate::api::MANAGER)
+        }) {
+            apply::delete(ctx, &api, &live)
+                .await
+                .map_err(|e| e.to_string())?;
+            removed.push(format!("{kind} {NAMESPACE}/{NAME}"));
+        }
+    }
+    Ok(format!(
+        "removed {}; default/kubernetes still points at the node proxy address: restart the API server with its endpoint reconciler to restore it",
+        if removed.is_empty() {
+            "nothing".to_string()
+        } else {
+            removed.join(", ")
+        }
+    ))
+}

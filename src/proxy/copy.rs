@@ -1,0 +1,281 @@
+//! Bidirectional copy whose buffers exist only while data flows.
+//!
+//! A read buffer is taken just before a read and given back as soon as the
+//! read would block with nothing left to write, so an idle connection holds
+//! no copy buffer at all (a naive loop holds two 8 KB buffers forever).
+
+use std::{
+    future::Future,
+    io,
+    pin::Pin,
+    task::{Context, Poll, ready},
+    time::Duration,
+};
+
+use prometheus_client::metrics::counter::Counter;
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    time::{Instant, Sleep},
+};
+
+/// Size of a copy buffer while data flows (one TLS record of plaintext).
+pub const BUF_SIZE: usize = 16 * 1024;
+
+/// Buffers kept for reuse per thread: enough for the connections that are
+/// busy at the same moment, bounded so idle memory stays small (128 KiB).
+const POOL_MAX: usize = 8;
+
+thread_local! {
+    static POOL: std::cell::RefCell<Vec<Box<[u8]>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A buffer from the thread's pool (no zeroing) or a fresh one.
+fn take_buf() -> Box<[u8]> {
+    POOL.with(|p| p.borrow_mut().pop())
+        .unwrap_or_else(|| vec![0u8; BUF_SIZE].into_boxed_slice())
+}
+
+/// Give a buffer back: pooled if there is room, freed otherwise.
+fn give_buf(b: Box<[u8]>) {
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < POOL_MAX {
+            p.push(b);
+        }
+    });
+}
+
+struct Half {
+    buf: Option<Box<[u8]>>,
+    pos: usize,
+    cap: usize,
+    read_done: bool,
+    need_flush: bool,
+    done: bool,
+}
+
+impl Half {
+    fn new() -> Self {
+        Self {
+            buf: None,
+            pos: 0,
+            cap: 0,
+            read_done: false,
+            need_flush: false,
+            done: false,
+        }
+    }
+
+    /// Copy from `r` to `w` until EOF; `Ready(Ok(()))` after the write side
+    /// is shut down. `moved` is set when any byte was read.
+    fn poll_copy<R, W>(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut r: Pin<&mut R>,
+        mut w: Pin<&mut W>,
+        counter: &Counter,
+        moved: &mut bool,
+    ) -> Poll<io::Result<()>>
+    where
+        R: AsyncRead + ?Sized,
+        W: AsyncWrite + ?Sized,
+    {
+        loop {
+            if self.pos == self.cap && !self.read_done {
+                let buf = self.buf.get_or_insert_with(take_buf);
+                let mut rb = ReadBuf::new(buf);
+                match r.as_mut().poll_read(cx, &mut rb) {
+                    Poll::Pending => {
+                        // Nothing buffered: give the memory back while idle.
+                        if let Some(b) = self.buf.take() {
+                            give_buf(b);
+                        }
+                        if self.need_flush {
+                            ready!(w.as_mut().poll_flush(cx))?;
+                            self.need_flush = false;
+                        }
+                        return Poll::Pending;
+                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Ready(Ok(())) => {
+                        let n = rb.filled().len();
+                        if n == 0 {
+                            self.read_done = true;
+                            if let Some(b) = self.buf.take() {
+                                give_buf(b);
+                            }
+                        } else {
+                            self.pos = 0;
+                            self.cap = n;
+                            counter.inc_by(n as u64);
+                            *moved = true;
+                        }
+                    }
+                }
+            }
+            while self.pos < self.cap {
+                let Some(buf) = self.buf.as_ref() else {
+                    break;
+                };
+                let n = ready!(w.as_mut().poll_write(cx, &buf[self.pos..self.cap]))?;
+                if n == 0 {
+                    return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                }
+                self.pos += n;
+                self.need_flush = true;
+            }
+            if self.read_done {
+                ready!(w.as_mut().poll_flush(cx))?;
+                self.need_flush = false;
+                ready!(w.as_mut().poll_shutdown(cx))?;
+                self.done = true;
+                return Poll::Ready(Ok(()));
+            }
+        }
+    }
+}
+
+/// Why a copy ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum CopyEnd {
+    /// Both sides closed cleanly.
+    Closed,
+    /// No byte moved for the idle timeout.
+    Idle,
+}
+
+/// Copy `a` ⇄ `b` until both directions reached EOF, an error, or nothing
+/// moved for `idle`. `a_to_b` and `b_to_a` count bytes.
+pub struct CopyBidi<'a, A: ?Sized, B: ?Sized> {
+    a: &'a mut A,
+    b: &'a mut B,
+    ab: Half,
+    ba: Half,
+    a_to_b: &'a Counter,
+    b_to_a: &'a Counter,
+    idle: Duration,
+    last: Instant,
+    timer: Pin<Box<Sleep>>,
+}
+
+/// Build the copy future.
+pub fn copy_bidirectional<'a, A, B>(
+    a: &'a mut A,
+    b: &'a mut B,
+    a_to_b: &'a Counter,
+    b_to_a: &'a Counter,
+    idle: Duration,
+) -> CopyBidi<'a, A, B>
+where
+    A: AsyncRead + AsyncWrite + Unpin + ?Sized,
+    B: AsyncRead + AsyncWrite + Unpin + ?Sized,
+{
+    let now = Instant::now();
+    CopyBidi {
+        a,
+        b,
+        ab: Half::new(),
+        ba: Half::new(),
+        a_to_b,
+        b_to_a,
+        idle,
+        last: now,
+        timer: Box::pin(tokio::time::sleep_until(now + idle)),
+    }
+}
+
+impl<A, B> Future for CopyBidi<'_, A, B>
+where
+    A: AsyncRead + AsyncWrite + Unpin + ?Sized,
+    B: AsyncRead + AsyncWrite + Unpin + ?Sized,
+{
+    type Output = io::Result<CopyEnd>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let mut moved = false;
+        if !this.ab.done
+            && let Poll::Ready(r) = this.ab.poll_copy(
+                cx,
+                Pin::new(&mut *this.a),
+                Pin::new(&mut *this.b),
+                this.a_to_b,
+                &mut moved,
+            )
+        {
+            r?;
+        }
+        if !this.ba.done
+            && let Poll::Ready(r) = this.ba.poll_copy(
+                cx,
+                Pin::new(&mut *this.b),
+                Pin::new(&mut *this.a),
+                this.b_to_a,
+                &mut moved,
+            )
+        {
+            r?;
+        }
+        if this.ab.done && this.ba.done {
+            return Poll::Ready(Ok(CopyEnd::Closed));
+        }
+        if moved {
+            // Re-arming the timer on every chunk is costly; remember the time
+            // and push the deadline only when the timer fires.
+            this.last = Instant::now();
+        }
+        while this.timer.as_mut().poll(cx).is_ready() {
+            let deadline = this.last + this.idle;
+            if deadline <= Instant::now() {
+                return Poll::Ready(Ok(CopyEnd::Idle));
+            }
+            this.timer.as_mut().reset(deadline);
+        }
+        Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, duplex};
+
+    #[tokio::test]
+    async fn copies_both_ways_and_half_closes() {
+        let (mut client, mut a) = duplex(64);
+        let (mut b, mut server) = duplex(64);
+        let (c1, c2) = (Counter::default(), Counter::default());
+        let t = tokio::spawn(async move {
+            let (c1, c2) = (c1, c2);
+            let r = copy_bidirectional(&mut a, &mut b, &c1, &c2, Duration::from_secs(5)).await;
+            (r.unwrap(), c1.get(), c2.get())
+        });
+        let payload: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+        let p2 = payload.clone();
+        let w = tokio::spawn(async move {
+            client.write_all(&p2).await.unwrap();
+            client.shutdown().await.unwrap();
+            let mut back = Vec::new();
+            client.read_to_end(&mut back).await.unwrap();
+            back
+        });
+        let mut got = Vec::new();
+        server.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, payload);
+        server.write_all(b"reply").await.unwrap();
+        server.shutdown().await.unwrap();
+        assert_eq!(w.await.unwrap(), b"reply");
+        let (end, up, down) = t.await.unwrap();
+        assert_eq!(end, CopyEnd::Closed);
+        assert_eq!((up, down), (100_000, 5));
+    }
+
+    #[tokio::test]
+    async fn idle_timeout() {
+        let (_client, mut a) = duplex(64);
+        let (mut b, _server) = duplex(64);
+        let (c1, c2) = (Counter::default(), Counter::default());
+        let r = copy_bidirectional(&mut a, &mut b, &c1, &c2, Duration::from_millis(100)).await;
+        assert_eq!(r.unwrap(), CopyEnd::Idle);
+    }
+}

@@ -1,0 +1,332 @@
+//! The running proxy: listener, accept loop, background tasks, drain.
+
+use std::{
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use arc_swap::ArcSwap;
+use rustls_pki_types::ServerName;
+use tokio::{
+    io::AsyncWriteExt,
+    net::{TcpListener, TcpStream},
+    sync::{Notify, Semaphore},
+    time::timeout,
+};
+use tokio_rustls::TlsConnector;
+use tracing::{error, info, warn};
+
+use super::{
+    config::{Config, Mode},
+    conn,
+    metrics::{AddressLabel, Metrics},
+    netlink, proxy_protocol,
+    tls::TlsMaterial,
+    upstream::{self, Pool},
+};
+
+/// Errors that stop the proxy at start-up.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The listener could not be bound.
+    #[error("failed to listen on {addr}: {source}")]
+    Listen {
+        /// Address.
+        addr: SocketAddr,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The listen address could not be put on its interface.
+    #[error("failed to set up the listen address: {0}")]
+    Address(#[from] netlink::NetlinkError),
+}
+
+/// A config with the TLS material built from it.
+pub struct State {
+    /// Validated config.
+    pub cfg: Config,
+    /// TLS configs for new connections.
+    pub tls: TlsMaterial,
+}
+
+/// State shared by every task.
+pub struct Shared {
+    /// Metrics registry and handles.
+    pub metrics: Metrics,
+    /// Current config + TLS; swapped on reload.
+    pub state: ArcSwap<State>,
+    /// Upstream addresses.
+    pub pool: Pool,
+    /// True while the listener accepts.
+    pub listening: AtomicBool,
+    /// Wakes the address task after a reload.
+    pub reloaded: Notify,
+}
+
+impl Shared {
+    /// Ready: listening with at least one healthy upstream.
+    pub fn is_ready(&self) -> bool {
+        self.listening.load(Ordering::Relaxed) && self.pool.any_healthy()
+    }
+
+    /// Publish an address's health.
+    pub fn set_health_gauge(&self, addr: SocketAddr, healthy: bool) {
+        self.metrics
+            .upstream_healthy
+            .get_or_create(&AddressLabel {
+                address: addr.to_string(),
+            })
+            .set(i64::from(healthy));
+    }
+
+    fn set_addresses(&self, addrs: &[SocketAddr]) {
+        let before: Vec<SocketAddr> = self.pool.backends().iter().map(|b| b.addr).collect();
+        for gone in self.pool.set(addrs) {
+            self.metrics.upstream_healthy.remove(&AddressLabel {
+                address: gone.to_string(),
+            });
+        }
+        for b in self.pool.backends().iter() {
+            if !before.contains(&b.addr) {
+                self.set_health_gauge(b.addr, b.is_healthy());
+            }
+        }
+        if before != addrs {
+            info!(upstreams = ?addrs, "upstream addresses");
+        }
+    }
+}
+
+/// Bind the client listener. FREEBIND lets it start before the address is
+/// on the interface; an unspecified IPv6 address also accepts IPv4.
+pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    s.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        if addr.ip().is_unspecified() {
+            s.set_only_v6(false)?;
+        }
+        let _ = s.set_freebind_v6(true);
+    } else {
+        let _ = s.set_freebind_v4(true);
+    }
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    s.listen(backlog as i32)?;
+    TcpListener::from_std(s.into())
+}
+
+/// One health check: TCP connect (+ PROXY header) + a full TLS handshake
+/// with the SNI, verified against the CA.
+pub async fn check(state: &State, addr: SocketAddr) -> Result<(), String> {
+    let cfg = &state.cfg;
+    let attempt = async {
+        let mut s = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        let _ = s.set_nodelay(true);
+        if cfg.mode == Mode::ProxyProtocol {
+            let local = s.local_addr().map_err(|e| e.to_string())?;
+            let h = proxy_protocol::header(local, addr, &cfg.upstream.server_name);
+            s.write_all(&h)
+                .await
+                .map_err(|e| format!("proxy header: {e}"))?;
+        }
+        let name =
+            ServerName::try_from(cfg.upstream.server_name.clone()).map_err(|e| e.to_string())?;
+        let mut tls = TlsConnector::from(state.tls.client_for(&[]))
+            .connect(name, s)
+            .await
+            .map_err(|e| format!("tls: {e}"))?;
+        let _ = tls.shutdown().await;
+        Ok::<(), String>(())
+    };
+    match timeout(cfg.upstream.health_timeout, attempt).await {
+        Ok(r) => r,
+        Err(_) => Err("timeout".into()),
+    }
+}
+
+async fn health_loop(shared: Arc<Shared>) {
+    loop {
+        let state = shared.state.load_full();
+        let backends = shared.pool.backends();
+        let results =
+            futures::future::join_all(backends.iter().map(|b| check(&state, b.addr))).await;
+        for (b, r) in backends.iter().zip(results) {
+            let ok = r.is_ok();
+            if b.set_healthy(ok) {
+                match &r {
+                    Ok(()) => info!(upstream = %b.addr, "upstream healthy"),
+                    Err(e) => warn!(upstream = %b.addr, error = %e, "upstream unhealthy"),
+                }
+            }
+            if !ok {
+                shared.metrics.upstream_error("health_check");
+            }
+            shared.set_health_gauge(b.addr, ok);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(state.cfg.upstream.health_interval) => {}
+            _ = shared.reloaded.notified() => {}
+        }
+    }
+}
+
+/// Keep the pool's addresses current: fixed ones from the config, or the
+/// server name re-resolved when its TTL (clamped to `dns.minTtl`..`maxTtl`)
+/// expires.
+async fn address_loop(shared: Arc<Shared>) {
+    loop {
+        let state = shared.state.load_full();
+        let up = &state.cfg.upstream;
+        let wait = if !up.addresses.is_empty() {
+            let addrs: Vec<SocketAddr> = up
+                .addresses
+                .iter()
+                .map(|ip| SocketAddr::new(*ip, up.port))
+                .collect();
+            shared.set_addresses(&addrs);
+            Duration::from_secs(3600)
+        } else {
+            match upstream::resolve(&up.server_name, up.port).await {
+                Ok((addrs, ttl)) => {
+                    shared.set_addresses(&addrs);
+                    upstream::clamp_ttl(
+                        ttl.unwrap_or(up.dns_min_ttl),
+                        up.dns_min_ttl,
+                        up.dns_max_ttl,
+                    )
+                }
+                Err(e) => {
+                    warn!(error = %e, "keeping the previous upstream addresses");
+                    shared.metrics.upstream_error("dns");
+                    up.dns_min_ttl.min(Duration::from_secs(5))
+                }
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = shared.reloaded.notified() => {}
+        }
+    }
+}
+
+async fn address_keeper(interface: String, addr: std::net::IpAddr, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        let iface = interface.clone();
+        match tokio::task::spawn_blocking(move || netlink::ensure_address(&iface, addr)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => error!(error = %e, "failed to re-ensure the listen address"),
+            Err(e) => error!(error = %e, "failed to re-ensure the listen address"),
+        }
+    }
+}
+
+/// Wait for SIGTERM or SIGINT.
+async fn terminated() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("install SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM: draining"),
+        _ = int.recv() => info!("SIGINT: draining"),
+    }
+}
+
+/// Run until SIGTERM, then drain. `config_path` is watched for reloads.
+pub async fn run(state: State, config_path: std::path::PathBuf) -> Result<(), ServerError> {
+    let cfg = state.cfg.clone();
+    if cfg.listen.manage_address {
+        let (iface, ip) = (cfg.listen.interface.clone(), cfg.listen.addr.ip());
+        tokio::task::spawn_blocking(move || netlink::ensure_address(&iface, ip))
+            .await
+            .expect("address task")?;
+        info!(address = %cfg.listen.addr.ip(), interface = %cfg.listen.interface, "listen address ensured");
+        tokio::spawn(address_keeper(
+            cfg.listen.interface.clone(),
+            cfg.listen.addr.ip(),
+            cfg.listen.ensure_interval,
+        ));
+    }
+    let listener =
+        bind(cfg.listen.addr, cfg.listen.backlog).map_err(|source| ServerError::Listen {
+            addr: cfg.listen.addr,
+            source,
+        })?;
+    let shared = Arc::new(Shared {
+        metrics: Metrics::new(),
+        state: ArcSwap::from_pointee(state),
+        pool: Pool::new(),
+        listening: AtomicBool::new(false),
+        reloaded: Notify::new(),
+    });
+    if let Some(admin) = cfg.admin {
+        let l = bind(admin, 128).map_err(|source| ServerError::Listen {
+            addr: admin,
+            source,
+        })?;
+        tokio::spawn(super::admin::run(l, shared.clone()));
+        info!(%admin, "admin endpoint");
+    }
+    tokio::spawn(address_loop(shared.clone()));
+    tokio::spawn(health_loop(shared.clone()));
+    tokio::spawn(super::reload::run(shared.clone(), config_path));
+
+    let limit = Arc::new(Semaphore::new(cfg.max_connections));
+    shared.listening.store(true, Ordering::Relaxed);
+    info!(listen = %cfg.listen.addr, mode = cfg.mode.as_str(), upstream = %cfg.upstream.server_name, "proxy listening");
+    let stop = terminated();
+    tokio::pin!(stop);
+    loop {
+        // Take a slot before accepting: at the limit, new clients wait in the
+        // kernel backlog instead of being accepted and dropped.
+        let permit = tokio::select! {
+            p = limit.clone().acquire_owned() => p.expect("semaphore never closes"),
+            _ = &mut stop => break,
+        };
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = &mut stop => break,
+        };
+        match accepted {
+            Ok((s, peer)) => {
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    conn::handle(shared, s, peer).await;
+                    drop(permit);
+                });
+            }
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                warn!(error = %e, "failed to accept");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    shared.listening.store(false, Ordering::Relaxed);
+    drop(listener);
+    let drain = shared.state.load().cfg.timeouts.drain;
+    let open = cfg.max_connections - limit.available_permits();
+    info!(open, timeout = ?drain, "stopped accepting; draining");
+    let drained = timeout(drain, async {
+        while limit.available_permits() < cfg.max_connections {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    match drained {
+        Ok(()) => info!("drained"),
+        Err(_) => warn!(
+            open = cfg.max_connections - limit.available_permits(),
+            "drain timeout: closing the remaining connections"
+        ),
+    }
+    Ok(())
+}

@@ -1,0 +1,263 @@
+//! rustls configurations built from the config and its files.
+//!
+//! One [`TlsMaterial`] is built per (re)load and swapped atomically: new
+//! connections take the current one, established connections keep theirs.
+
+use std::{path::Path, sync::Arc};
+
+use rustls::{
+    ClientConfig, RootCertStore, ServerConfig,
+    client::{ClientSessionMemoryCache, Resumption},
+    crypto::CryptoProvider,
+};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+
+use super::config::Config;
+
+/// Errors of building TLS configurations.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file could not be read.
+    #[error("failed to read {path}: {source}")]
+    Read {
+        /// File path.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// PEM content is unusable.
+    #[error("failed to load {path}: {message}")]
+    Pem {
+        /// File path.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// rustls refused the material (e.g. key does not match certificate).
+    #[error("failed to build TLS config: {0}")]
+    Rustls(#[from] rustls::Error),
+}
+
+/// ALPN names the proxy pre-builds configs for.
+const H2: &[u8] = b"h2";
+const HTTP11: &[u8] = b"http/1.1";
+
+/// Everything TLS a new connection needs.
+pub struct TlsMaterial {
+    /// Serving configs (reencrypt mode), by the ALPN to select.
+    server: Option<ServerConfigs>,
+    /// Upstream client config with the client's full ALPN offer
+    /// `[h2, http/1.1]`, `[http/1.1]`, `[h2]`, or none.
+    client_base: Arc<ClientConfig>,
+    client_h2_h11: Arc<ClientConfig>,
+    client_h11: Arc<ClientConfig>,
+    client_h2: Arc<ClientConfig>,
+}
+
+struct ServerConfigs {
+    none: Arc<ServerConfig>,
+    h2: Arc<ServerConfig>,
+    h11: Arc<ServerConfig>,
+}
+
+/// The crypto provider used everywhere (ring, as the rest of the crate).
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+fn pem_err(path: &Path, message: impl Into<String>) -> TlsError {
+    TlsError::Pem {
+        path: path.display().to_string(),
+        message: message.into(),
+    }
+}
+
+/// Parse a PEM certificate chain.
+pub fn certs(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| pem_err(path, e.to_string()))?;
+    if certs.is_empty() {
+        return Err(pem_err(path, "no CERTIFICATE block"));
+    }
+    Ok(certs)
+}
+
+/// Upstream client config with a session cache shared by the ALPN variants:
+/// resumed upstream handshakes are most of the new-connection cost saved.
+fn client_configs(
+    cfg: &Config,
+    provider: &Arc<CryptoProvider>,
+) -> Result<[Arc<ClientConfig>; 4], TlsError> {
+    let path = &cfg.upstream.ca_file;
+    let mut roots = RootCertStore::empty();
+    for c in certs(path, &read(path)?)? {
+        roots.add(c).map_err(|e| pem_err(path, e.to_string()))?;
+    }
+    let mut base = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    base.resumption = Resumption::store(Arc::new(ClientSessionMemoryCache::new(64)));
+    let with = |alpn: &[&[u8]]| {
+        let mut c = base.clone();
+        c.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Arc::new(c)
+    };
+    Ok([with(&[]), with(&[H2, HTTP11]), with(&[HTTP11]), with(&[H2])])
+}
+
+fn server_configs(
+    cert_path: &Path,
+    cert_pem: &[u8],
+    key_path: &Path,
+    key_pem: &[u8],
+    provider: &Arc<CryptoProvider>,
+) -> Result<ServerConfigs, TlsError> {
+    let chain = certs(cert_path, cert_pem)?;
+    let key =
+        PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| pem_err(key_path, e.to_string()))?;
+    let base = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)?;
+    let with = |alpn: &[u8]| {
+        let mut c = base.clone();
+        if !alpn.is_empty() {
+            c.alpn_protocols = vec![alpn.to_vec()];
+        }
+        Arc::new(c)
+    };
+    Ok(ServerConfigs {
+        none: with(b""),
+        h2: with(H2),
+        h11: with(HTTP11),
+    })
+}
+
+impl TlsMaterial {
+    /// Build from the config, reading the files now.
+    pub fn load(cfg: &Config) -> Result<Self, TlsError> {
+        let provider = provider();
+        let [client_base, client_h2_h11, client_h11, client_h2] = client_configs(cfg, &provider)?;
+        let server = match &cfg.tls {
+            Some(t) => Some(server_configs(
+                &t.cert_file,
+                &read(&t.cert_file)?,
+                &t.key_file,
+                &read(&t.key_file)?,
+                &provider,
+            )?),
+            None => None,
+        };
+        Ok(Self {
+            server,
+            client_base,
+            client_h2_h11,
+            client_h11,
+            client_h2,
+        })
+    }
+
+    /// Upstream client config offering `alpn` (the client's offer).
+    pub fn client_for(&self, alpn: &[Vec<u8>]) -> Arc<ClientConfig> {
+        match alpn {
+            [] => self.client_base.clone(),
+            [a, b] if a == H2 && b == HTTP11 => self.client_h2_h11.clone(),
+            [a] if a == HTTP11 => self.client_h11.clone(),
+            [a] if a == H2 => self.client_h2.clone(),
+            other => {
+                let mut c = (*self.client_base).clone();
+                c.alpn_protocols = other.to_vec();
+                Arc::new(c)
+            }
+        }
+    }
+
+    /// Serving config that selects exactly `alpn` (what the upstream chose).
+    pub fn server_for(&self, alpn: Option<&[u8]>) -> Option<Arc<ServerConfig>> {
+        let s = self.server.as_ref()?;
+        Some(match alpn {
+            None => s.none.clone(),
+            Some(H2) => s.h2.clone(),
+            Some(HTTP11) => s.h11.clone(),
+            Some(other) => {
+                let mut c = (*s.none).clone();
+                c.alpn_protocols = vec![other.to_vec()];
+                Arc::new(c)
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::config;
+
+    fn write_pki(dir: &Path) {
+        let ca = rcgen::generate_simple_self_signed(vec!["ca.example.com".to_string()]).unwrap();
+        let leaf =
+            rcgen::generate_simple_self_signed(vec!["kubernetes.default.svc".to_string()]).unwrap();
+        let other = rcgen::KeyPair::generate().unwrap();
+        std::fs::write(dir.join("ca.crt"), ca.cert.pem()).unwrap();
+        std::fs::write(dir.join("tls.crt"), leaf.cert.pem()).unwrap();
+        std::fs::write(dir.join("tls.key"), leaf.signing_key.serialize_pem()).unwrap();
+        std::fs::write(dir.join("other.key"), other.serialize_pem()).unwrap();
+        std::fs::write(dir.join("empty.crt"), "").unwrap();
+    }
+
+    fn cfg(dir: &Path, ca: &str, key: &str) -> Config {
+        let d = dir.display();
+        let text = format!(
+            "upstream: {{serverName: api.example.com, caFile: {d}/{ca}}}\ntls: {{certFile: {d}/tls.crt, keyFile: {d}/{key}}}\n"
+        );
+        config::validate(config::parse(&text).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn loads_and_selects_alpn_variants() {
+        let dir = std::env::temp_dir().join(format!("hcp-proxy-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        write_pki(&dir);
+        let m = TlsMaterial::load(&cfg(&dir, "ca.crt", "tls.key")).unwrap();
+        assert!(m.client_for(&[]).alpn_protocols.is_empty());
+        assert_eq!(
+            m.client_for(&[H2.to_vec(), HTTP11.to_vec()])
+                .alpn_protocols
+                .len(),
+            2
+        );
+        assert_eq!(
+            m.client_for(&[b"acme-tls/1".to_vec()]).alpn_protocols,
+            vec![b"acme-tls/1".to_vec()]
+        );
+        assert_eq!(
+            m.server_for(Some(H2)).unwrap().alpn_protocols,
+            vec![H2.to_vec()]
+        );
+        assert!(m.server_for(None).unwrap().alpn_protocols.is_empty());
+
+        // A key that does not match the certificate, an empty CA bundle.
+        assert!(matches!(
+            TlsMaterial::load(&cfg(&dir, "ca.crt", "other.key")),
+            Err(TlsError::Rustls(_))
+        ));
+        assert!(matches!(
+            TlsMaterial::load(&cfg(&dir, "empty.crt", "tls.key")),
+            Err(TlsError::Pem { .. })
+        ));
+        assert!(matches!(
+            TlsMaterial::load(&cfg(&dir, "missing.crt", "tls.key")),
+            Err(TlsError::Read { .. })
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

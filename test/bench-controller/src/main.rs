@@ -1,0 +1,749 @@
+//! `bench-controller`: the controller benchmark of issue 5.
+//!
+//! N ControlPlaneIngresses (haproxy, nginx, traefik and gateway flavors, each
+//! with its CAPI Cluster) on the in-memory API server with latency added to
+//! every request; measures the time to converge, the API requests per cluster,
+//! the writes during one resync period at steady state and the peak RSS of
+//! the controller.
+//!
+//! Three roles of the same binary, so that each measurement has its own
+//! process and the controller's RSS is measured alone:
+//! - `main` (default): runs one `run` process per `--n` and prints the table;
+//! - `run`: the controller (`hcp_ingress::controller::run`), in this process;
+//! - `serve`: memkube with the CRDs, the seeded objects and the latency, in a
+//!   child of `run`, driven by lines on its stdin (`converged`, `clear`,
+//!   `stats`), answering one line on its stdout.
+//!
+//! Requests are attributed by `User-Agent`: the controller's client sends
+//! [`CONTROLLER_AGENT`], the benchmark's own clients (seeding, convergence
+//! polls) send [`BENCH_AGENT`], and only the controller's are counted.
+#![forbid(unsafe_code)]
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::{ExitCode, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use clap::{Parser, ValueEnum};
+use futures::{StreamExt, TryStreamExt};
+use hcp_ingress::{
+    api::ControlPlaneIngress,
+    controller::{Settings, run},
+};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{
+    Api, Client,
+    api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams},
+};
+use memkube::{RequestMatch, RequestRecord, TestApi};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::{Layer, filter, layer::SubscriberExt, util::SubscriberInitExt};
+
+/// `User-Agent` of the controller's client.
+const CONTROLLER_AGENT: &str = "hcp-ingress-controller";
+/// `User-Agent` of the benchmark's own clients (not counted).
+const BENCH_AGENT: &str = "hcp-bench";
+/// Route flavors, in turn.
+const FLAVORS: [&str; 4] = ["haproxy", "nginx", "traefik", "gateway"];
+/// Targets of issue 5.
+const TARGET_CONVERGE_SECS: f64 = 60.0;
+const TARGET_RSS_MIB: f64 = 200.0;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Role {
+    Main,
+    Run,
+    Serve,
+}
+
+/// Benchmark of the management-side controller on the in-memory API server.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "bench-controller")]
+struct Args {
+    /// Internal: which process this is.
+    #[arg(long, value_enum, default_value = "main", hide = true)]
+    role: Role,
+    /// Numbers of ControlPlaneIngresses, one run each (repeatable).
+    #[arg(long = "n", default_values_t = [100, 1000])]
+    n: Vec<usize>,
+    /// Latency added to every API request, in milliseconds.
+    #[arg(long, default_value_t = 5)]
+    latency_ms: u64,
+    /// Resync period of the controller, in seconds (one is measured at steady state).
+    #[arg(long, default_value_t = 10)]
+    resync_secs: u64,
+    /// Reconciliations at once (default: the controller's default).
+    #[arg(long)]
+    concurrency: Option<u16>,
+    /// Folder of the upstream CRDs.
+    #[arg(long, default_value = "../shared/schemas")]
+    schemas: PathBuf,
+    /// Namespaces the ControlPlaneIngresses are spread over.
+    #[arg(long, default_value_t = 10)]
+    namespaces: usize,
+    /// Watch events memkube keeps per resource (older resourceVersions get 410 Gone).
+    #[arg(long, default_value_t = 100_000)]
+    history: usize,
+    /// Give up converging after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    timeout_secs: u64,
+}
+
+impl Args {
+    /// Flags for a child process of `role` measuring `n`.
+    fn child_args(&self, role: &str, n: usize) -> Vec<String> {
+        let mut args = vec![
+            format!("--role={role}"),
+            format!("--n={n}"),
+            format!("--latency-ms={}", self.latency_ms),
+            format!("--resync-secs={}", self.resync_secs),
+            format!("--schemas={}", self.schemas.display()),
+            format!("--namespaces={}", self.namespaces),
+            format!("--history={}", self.history),
+            format!("--timeout-secs={}", self.timeout_secs),
+        ];
+        if let Some(c) = self.concurrency {
+            args.push(format!("--concurrency={c}"));
+        }
+        args
+    }
+
+    fn single_n(&self) -> usize {
+        self.n.first().copied().unwrap_or(100)
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: failed to start the tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match args.role {
+            Role::Main => orchestrate(&args).await,
+            Role::Run => measure(&args).await,
+            Role::Serve => serve(&args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+// ---------------------------------------------------------------- main role
+
+/// One `run` process per N, then the table.
+async fn orchestrate(args: &Args) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("failed to find this binary: {e}"))?;
+    let mut results = Vec::new();
+    for &n in &args.n {
+        eprintln!("== N = {n}");
+        let output = tokio::process::Command::new(&exe)
+            .args(args.child_args("run", n))
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .await
+            .map_err(|e| format!("failed to run the N={n} measurement: {e}"))?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let result = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("result "))
+            .ok_or_else(|| format!("the N={n} measurement failed ({})", output.status))?;
+        let result: Value = serde_json::from_str(result)
+            .map_err(|e| format!("the N={n} measurement printed a bad result: {e}"))?;
+        print_details(&result);
+        results.push(result);
+    }
+    print_table(args, &results);
+    Ok(())
+}
+
+fn f(v: &Value, key: &str) -> f64 {
+    v[key].as_f64().unwrap_or(f64::NAN)
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok { "PASS" } else { "MISS" }
+}
+
+fn print_details(r: &Value) {
+    println!();
+    println!(
+        "N={}: converged {} of {} in {:.2} s (first RouteReady at {:.2} s, 50% at {:.2} s, 90% at {:.2} s); {} reconciles",
+        r["n"],
+        r["converged"],
+        r["n"],
+        f(r, "converge_secs"),
+        f(r, "first_secs"),
+        f(r, "p50_secs"),
+        f(r, "p90_secs"),
+        r["reconciles_converge"],
+    );
+    println!("  controller requests during convergence, by verb and resource:");
+    if let Some(by) = r["converge"]["by"].as_object() {
+        for (key, count) in by {
+            println!("    {count:>7}  {key}");
+        }
+    }
+    println!(
+        "  steady state: {} requests ({} writes) and {} reconciles in {} s",
+        r["steady"]["total"], r["steady"]["writes"], r["reconciles_steady"], r["steady_window_secs"]
+    );
+    if let Some(samples) = r["steady"]["write_samples"].as_array() {
+        for s in samples {
+            println!("    write: {}", s.as_str().unwrap_or_default());
+        }
+    }
+}
+
+fn print_table(args: &Args, results: &[Value]) {
+    println!();
+    println!(
+        "controller benchmark: {} ms added latency per request, resync {} s, concurrency {}, {} cores",
+        args.latency_ms,
+        args.resync_secs,
+        args.concurrency
+            .map_or_else(|| "default".to_string(), |c| c.to_string()),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+    );
+    let mut header = "| metric | target |".to_string();
+    let mut rule = "|---|---|".to_string();
+    for r in results {
+        header.push_str(&format!(" N={} |", r["n"]));
+        rule.push_str("---|");
+    }
+    println!("{header}");
+    println!("{rule}");
+    let row = |name: &str, target: &str, cell: &dyn Fn(&Value) -> String| {
+        let mut line = format!("| {name} | {target} |");
+        for r in results {
+            line.push_str(&format!(" {} |", cell(r)));
+        }
+        println!("{line}");
+    };
+    row("time to converge (s)", "< 60 s", &|r| {
+        let s = f(r, "converge_secs");
+        let ok = r["converged"] == r["n"] && s < TARGET_CONVERGE_SECS;
+        format!("{s:.2} {}", verdict(ok))
+    });
+    row("API requests per cluster (convergence)", "—", &|r| {
+        format!("{:.2}", f(&r["converge"], "total") / f(r, "n"))
+    });
+    row("API writes per cluster (convergence)", "—", &|r| {
+        format!("{:.2}", f(&r["converge"], "writes") / f(r, "n"))
+    });
+    row("reconciles per cluster (convergence)", "—", &|r| {
+        format!("{:.2}", f(r, "reconciles_converge") / f(r, "n"))
+    });
+    row("writes in one resync at steady state", "0", &|r| {
+        let w = f(&r["steady"], "writes");
+        let resynced = f(r, "reconciles_steady") >= f(r, "n");
+        format!(
+            "{w} {}",
+            if resynced {
+                verdict(w == 0.0)
+            } else {
+                "MISS (no full resync seen)"
+            }
+        )
+    });
+    row("reconciles in that window", "≥ N", &|r| {
+        format!("{}", r["reconciles_steady"])
+    });
+    row("peak RSS of the controller process (MiB)", "< 200 MiB", &|r| {
+        let m = f(r, "rss_peak_mib");
+        format!("{m:.1} {}", verdict(m < TARGET_RSS_MIB))
+    });
+    row("  of which before the controller started (MiB)", "—", &|r| {
+        format!("{:.1}", f(r, "rss_base_mib"))
+    });
+    row("peak RSS of memkube, separate process (MiB)", "—", &|r| {
+        format!("{:.1}", f(r, "memkube_rss_peak_mib"))
+    });
+}
+
+// ----------------------------------------------------------------- run role
+
+/// Counts kube-runtime's "reconciling object" spans: one per reconciliation.
+struct ReconcileCounter(Arc<AtomicU64>);
+
+impl<S: tracing::Subscriber> Layer<S> for ReconcileCounter {
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        _id: &tracing::span::Id,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if attrs.metadata().name() == "reconciling object" {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Peak resident set size of this process (`VmHWM`), in MiB.
+fn vmhwm_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(f64::NAN, |kib| kib / 1024.0)
+}
+
+/// A client for `url` sending `agent` as its `User-Agent`.
+fn client(url: &str, agent: &'static str) -> Result<Client, String> {
+    let uri = url
+        .parse()
+        .map_err(|e| format!("bad memkube URL {url}: {e}"))?;
+    let mut config = kube::Config::new(uri);
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(agent),
+    ));
+    Client::try_from(config).map_err(|e| format!("failed to build a client: {e}"))
+}
+
+/// The `serve` child and its line protocol.
+struct Server {
+    child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    stdout: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Server {
+    async fn start(args: &Args, n: usize) -> Result<(Server, String), String> {
+        let exe =
+            std::env::current_exe().map_err(|e| format!("failed to find this binary: {e}"))?;
+        let mut child = tokio::process::Command::new(exe)
+            .args(args.child_args("serve", n))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("failed to start memkube: {e}"))?;
+        let stdin = child.stdin.take().ok_or("no stdin")?;
+        let stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
+        let mut server = Server {
+            child,
+            stdin,
+            stdout,
+        };
+        let line = server.line().await?;
+        let url = line
+            .strip_prefix("url ")
+            .ok_or_else(|| format!("memkube said {line:?}"))?
+            .to_string();
+        Ok((server, url))
+    }
+
+    async fn line(&mut self) -> Result<String, String> {
+        self.stdout
+            .next_line()
+            .await
+            .map_err(|e| format!("failed to read from memkube: {e}"))?
+            .ok_or_else(|| "memkube exited".to_string())
+    }
+
+    async fn ask(&mut self, command: &str) -> Result<String, String> {
+        self.stdin
+            .write_all(format!("{command}\n").as_bytes())
+            .await
+            .map_err(|e| format!("failed to write to memkube: {e}"))?;
+        self.stdin
+            .flush()
+            .await
+            .map_err(|e| format!("failed to write to memkube: {e}"))?;
+        self.line().await
+    }
+
+    async fn stats(&mut self) -> Result<Value, String> {
+        let line = self.ask("stats").await?;
+        let json = line
+            .strip_prefix("stats ")
+            .ok_or_else(|| format!("memkube said {line:?}"))?;
+        serde_json::from_str(json).map_err(|e| format!("bad stats from memkube: {e}"))
+    }
+
+    /// (RouteReady=True at the current generation, Ready=True, total).
+    async fn converged(&mut self) -> Result<(usize, usize, usize), String> {
+        let line = self.ask("converged").await?;
+        let mut words = line
+            .strip_prefix("converged ")
+            .ok_or_else(|| format!("memkube said {line:?}"))?
+            .split(' ')
+            .map(|w| w.parse::<usize>().unwrap_or(0));
+        Ok((
+            words.next().unwrap_or(0),
+            words.next().unwrap_or(0),
+            words.next().unwrap_or(0),
+        ))
+    }
+}
+
+/// The controller against a seeded memkube child: one N, one `result` line.
+async fn measure(args: &Args) -> Result<(), String> {
+    let n = args.single_n();
+    let reconciles = Arc::new(AtomicU64::new(0));
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(filter::LevelFilter::WARN),
+        )
+        .with(
+            ReconcileCounter(reconciles.clone()).with_filter(filter::filter_fn(|m| {
+                m.is_span() && m.name() == "reconciling object"
+            })),
+        )
+        .init();
+
+    let (mut server, url) = Server::start(args, n).await?;
+    let rss_base = vmhwm_mib();
+    let mut settings = Settings::for_tests();
+    settings.timing.probe_endpoints = false;
+    settings.timing.resync = Duration::from_secs(args.resync_secs);
+    if let Some(c) = args.concurrency {
+        settings.concurrency = c;
+    }
+    let concurrency = settings.concurrency;
+    let controller_client = client(&url, CONTROLLER_AGENT)?;
+    let token = CancellationToken::new();
+    let started = Instant::now();
+    let task = tokio::spawn({
+        let token = token.clone();
+        async move { run(controller_client, settings, token).await }
+    });
+
+    // Converge.
+    let deadline = started + Duration::from_secs(args.timeout_secs);
+    let (mut first, mut p50, mut p90) = (None, None, None);
+    let mut last_report = Instant::now();
+    let (ready, converge_secs) = loop {
+        let (route_ready, _ready, total) = server.converged().await?;
+        let t = started.elapsed().as_secs_f64();
+        if route_ready > 0 && first.is_none() {
+            first = Some(t);
+        }
+        if route_ready * 2 >= n && p50.is_none() {
+            p50 = Some(t);
+        }
+        if route_ready * 10 >= n * 9 && p90.is_none() {
+            p90 = Some(t);
+        }
+        if route_ready >= n && total >= n {
+            break (route_ready, t);
+        }
+        if Instant::now() > deadline {
+            eprintln!("N={n}: gave up after {t:.1} s with {route_ready} of {n} converged");
+            break (route_ready, t);
+        }
+        if last_report.elapsed() > Duration::from_secs(5) {
+            eprintln!("N={n}: {t:.1} s: {route_ready} of {n} RouteReady");
+            last_report = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let converge = server.stats().await?;
+    let reconciles_converge = reconciles.load(Ordering::Relaxed);
+    eprintln!("N={n}: converged in {converge_secs:.2} s; waiting one resync period");
+
+    // Steady state: one full resync period plus margin, from a clean log.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    server.ask("clear").await?;
+    let before = reconciles.load(Ordering::Relaxed);
+    let window = args.resync_secs + 5;
+    tokio::time::sleep(Duration::from_secs(window)).await;
+    let steady = server.stats().await?;
+    let reconciles_steady = reconciles.load(Ordering::Relaxed) - before;
+    let rss_peak = vmhwm_mib();
+
+    token.cancel();
+    match tokio::time::timeout(Duration::from_secs(20), task).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => eprintln!("N={n}: the controller stopped with an error: {e}"),
+        Ok(Err(e)) => eprintln!("N={n}: the controller task failed: {e}"),
+        Err(_) => eprintln!("N={n}: the controller did not stop within 20 s"),
+    }
+    let memkube_rss = steady["vmhwm_mib"].clone();
+    let _ = server.child.kill().await;
+
+    let result = json!({
+        "n": n,
+        "concurrency": concurrency,
+        "converged": ready,
+        "converge_secs": converge_secs,
+        "first_secs": first,
+        "p50_secs": p50,
+        "p90_secs": p90,
+        "converge": converge,
+        "reconciles_converge": reconciles_converge,
+        "steady": steady,
+        "steady_window_secs": window,
+        "reconciles_steady": reconciles_steady,
+        "rss_base_mib": rss_base,
+        "rss_peak_mib": rss_peak,
+        "memkube_rss_peak_mib": memkube_rss,
+    });
+    println!("result {result}");
+    Ok(())
+}
+
+// --------------------------------------------------------------- serve role
+
+/// memkube with the CRDs and N seeded clusters, latency on, driven over stdio.
+async fn serve(args: &Args) -> Result<(), String> {
+    let n = args.single_n();
+    let api = TestApi::start_with(memkube::Options {
+        history: args.history,
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| format!("failed to start memkube: {e}"))?;
+    load_schemas(&api, &args.schemas)?;
+    let ours: Value = serde_yaml_ng::from_str(&hcp_ingress::cli::crd_yaml())
+        .map_err(|e| format!("our CRD does not parse: {e}"))?;
+    api.add_crd(ours)
+        .map_err(|e| format!("failed to add our CRD: {e}"))?;
+
+    let setup = client(&api.url(), BENCH_AGENT)?;
+    let seeding = Instant::now();
+    seed(&setup, n, args.namespaces.max(1)).await?;
+    eprintln!(
+        "memkube: seeded {n} Clusters and ControlPlaneIngresses in {:.2} s",
+        seeding.elapsed().as_secs_f64()
+    );
+    api.add_latency(
+        RequestMatch::new("*", ""),
+        Duration::from_millis(args.latency_ms),
+    );
+    api.clear_request_log();
+    println!("url {}", api.url());
+
+    let cpis: Api<ControlPlaneIngress> = Api::all(setup.clone());
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let answer = match line.trim() {
+            "converged" => {
+                let (route_ready, ready, total) = converged(&cpis).await?;
+                format!("converged {route_ready} {ready} {total}")
+            }
+            "clear" => {
+                api.clear_request_log();
+                "ok".to_string()
+            }
+            "stats" => format!("stats {}", stats(&api.request_log())),
+            other => format!("error unknown command {other:?}"),
+        };
+        println!("{answer}");
+    }
+    Ok(())
+}
+
+fn load_schemas(api: &TestApi, dir: &Path) -> Result<(), String> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| format!("failed to read the CRD folder {}: {e}", dir.display()))?;
+    let mut loaded = 0;
+    for entry in entries {
+        let path = entry
+            .map_err(|e| format!("failed to read {}: {e}", dir.display()))?
+            .path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            loaded += api
+                .load_crds(&path)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    eprintln!("memkube: loaded {loaded} upstream CRDs from {}", dir.display());
+    Ok(())
+}
+
+/// The namespaces, then N CAPI Clusters and N ControlPlaneIngresses, 32 at a time.
+async fn seed(client: &Client, n: usize, namespaces: usize) -> Result<(), String> {
+    let ns_api: Api<Namespace> = Api::all(client.clone());
+    for i in 0..namespaces {
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace(i)}}))
+            .map_err(|e| e.to_string())?;
+        ns_api
+            .create(&PostParams::default(), &ns)
+            .await
+            .map_err(|e| format!("failed to create namespace {}: {e}", namespace(i)))?;
+    }
+    let cluster_resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "cluster.x-k8s.io",
+        "v1beta2",
+        "Cluster",
+    ));
+    let cpi_resource = ApiResource::erase::<ControlPlaneIngress>(&());
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let client = client.clone();
+            let (cluster_resource, cpi_resource) = (cluster_resource.clone(), cpi_resource.clone());
+            async move {
+                let ns = namespace(i % namespaces);
+                let name = format!("tenant-{i:05}");
+                let post = PostParams::default();
+                let clusters: Api<DynamicObject> =
+                    Api::namespaced_with(client.clone(), &ns, &cluster_resource);
+                clusters
+                    .create(&post, &dynamic(cluster(&ns, &name))?)
+                    .await
+                    .map_err(|e| format!("failed to create Cluster {ns}/{name}: {e}"))?;
+                let cpis: Api<DynamicObject> = Api::namespaced_with(client, &ns, &cpi_resource);
+                cpis.create(&post, &dynamic(cpi(&ns, &name, FLAVORS[i % FLAVORS.len()]))?)
+                    .await
+                    .map_err(|e| format!("failed to create ControlPlaneIngress {ns}/{name}: {e}"))?;
+                Ok::<(), String>(())
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<()>()
+        .await
+}
+
+fn namespace(i: usize) -> String {
+    format!("bench-{i:03}")
+}
+
+fn dynamic(value: Value) -> Result<DynamicObject, String> {
+    serde_json::from_value(value).map_err(|e| format!("bad seed object: {e}"))
+}
+
+fn cluster(ns: &str, name: &str) -> Value {
+    json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+           "metadata": {"name": name, "namespace": ns}, "spec": {"paused": false}})
+}
+
+/// A ControlPlaneIngress of `flavor` for cluster `name`.
+fn cpi(ns: &str, name: &str, flavor: &str) -> Value {
+    let mut ingress = json!({"apiHost": format!("api.{name}.{ns}.example.com"),
+                             "konnectivityHost": format!("konnectivity.{name}.{ns}.example.com"),
+                             "port": 443});
+    let mut spec = json!({"clusterName": name,
+                          "backend": {"serviceName": format!("kmc-{name}"), "apiPort": 30443, "konnectivityPort": 30132}});
+    match flavor {
+        "haproxy" | "nginx" => ingress["className"] = json!(flavor),
+        "traefik" => spec["route"] = json!({"controller": "traefik"}),
+        _ => {
+            spec["route"] = json!({"controller": "gateway",
+                                   "gateway": {"parentRefs": [{"name": "shared", "namespace": "gateway-system"}]}})
+        }
+    }
+    spec["ingress"] = ingress;
+    json!({"apiVersion": "hcp-ingress.dev/v1alpha1", "kind": "ControlPlaneIngress",
+           "metadata": {"name": name, "namespace": ns}, "spec": spec})
+}
+
+/// (RouteReady=True at the current generation, Ready=True, total).
+async fn converged(api: &Api<ControlPlaneIngress>) -> Result<(usize, usize, usize), String> {
+    let list = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| format!("failed to list ControlPlaneIngresses: {e}"))?;
+    let total = list.items.len();
+    let (mut route_ready, mut ready) = (0, 0);
+    for cpi in &list.items {
+        let Some(status) = &cpi.status else { continue };
+        if status.observed_generation != cpi.metadata.generation {
+            continue;
+        }
+        let is_true = |t: &str| {
+            status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == t && c.status == "True")
+        };
+        route_ready += usize::from(is_true("RouteReady"));
+        ready += usize::from(is_true("Ready"));
+    }
+    Ok((route_ready, ready, total))
+}
+
+/// The controller's requests in `log`: total, writes, by verb and resource,
+/// a few writes verbatim, and memkube's own peak RSS.
+fn stats(log: &[RequestRecord]) -> Value {
+    let mine: Vec<&RequestRecord> = log
+        .iter()
+        .filter(|r| r.user_agent != BENCH_AGENT)
+        .collect();
+    let mut by: BTreeMap<String, u64> = BTreeMap::new();
+    for r in &mine {
+        *by.entry(format!("{:<9} {}", r.verb, resource_of(&r.path)))
+            .or_default() += 1;
+    }
+    let writes: Vec<&&RequestRecord> = mine.iter().filter(|r| is_write(r)).collect();
+    json!({
+        "total": mine.len(),
+        "writes": writes.len(),
+        "by": by,
+        "write_samples": writes.iter().take(20).map(|r| format!("{} {} -> {}", r.verb, r.path, r.status)).collect::<Vec<_>>(),
+        "agents": mine.iter().map(|r| r.user_agent.clone()).collect::<std::collections::BTreeSet<_>>(),
+        "vmhwm_mib": vmhwm_mib(),
+    })
+}
+
+/// Anything but a read (get, list, watch, discovery) counts as a write.
+fn is_write(r: &RequestRecord) -> bool {
+    !matches!(r.verb.as_str(), "get" | "list" | "watch" | "discovery")
+}
+
+/// `group/resource[/subresource]` of a request path, without names.
+fn resource_of(path: &str) -> String {
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    let (group, rest) = match parts.as_slice() {
+        ["api", _version, rest @ ..] => ("core", rest),
+        ["apis", group, _version, rest @ ..] => (*group, rest),
+        _ => return path.to_string(),
+    };
+    let rest = match rest {
+        ["namespaces", _ns, rest @ ..] if !rest.is_empty() => rest,
+        other => other,
+    };
+    match rest {
+        [] => format!("{group} (discovery)"),
+        [resource] | [resource, _] => format!("{group}/{resource}"),
+        [resource, _, sub, ..] => format!("{group}/{resource}/{sub}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::resource_of;
+
+    #[test]
+    fn resources_of_paths() {
+        assert_eq!(
+            resource_of("/apis/hcp-ingress.dev/v1alpha1/namespaces/a/controlplaneingresses/x/status"),
+            "hcp-ingress.dev/controlplaneingresses/status"
+        );
+        assert_eq!(
+            resource_of("/apis/networking.k8s.io/v1/ingresses"),
+            "networking.k8s.io/ingresses"
+        );
+        assert_eq!(resource_of("/api/v1/namespaces"), "core/namespaces");
+        assert_eq!(resource_of("/api/v1/namespaces/x"), "core/namespaces");
+        assert_eq!(resource_of("/apis/x.io/v1"), "x.io (discovery)");
+    }
+}

@@ -1,0 +1,615 @@
+//! Workload side: two memkube instances, management and workload; the
+//! controller installs the node proxy through `<cluster>-kubeconfig`.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use hcp_ingress::{
+    pki::{self, CertificateAuthority, LeafSpec, Renewal},
+    proxy::config,
+};
+use k8s_openapi::{
+    ByteString,
+    api::{
+        apps::v1::{DaemonSet, Deployment},
+        core::v1::{ConfigMap, Endpoints, Namespace, Secret, Service},
+        discovery::v1::EndpointSlice,
+    },
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use memkube::{RequestMatch, TestApi};
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+const CLUSTER: &str = "wl";
+const CA_CRT: &str = include_str!("../workload/fixtures/ca.crt");
+const CA_KEY: &str = include_str!("../workload/fixtures/ca.key");
+
+/// A workload cluster as the API server leaves it: namespaces, the
+/// `kubernetes` Service and its endpoints, and a cloud-controller-manager.
+async fn workload_cluster() -> TestApi {
+    let api = TestApi::start().await;
+    let client = api.client();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for ns in ["default", "kube-system"] {
+        let _ = namespaces
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+            )
+            .await;
+    }
+    let as_apiserver = PatchParams::apply("kube-apiserver");
+    let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "kubernetes", "namespace": "default"},
+        "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "targetPort": 6443, "protocol": "TCP"}]}});
+    Api::<Service>::namespaced(client.clone(), "default")
+        .patch("kubernetes", &as_apiserver, &Patch::Apply(&service))
+        .await
+        .unwrap();
+    let endpoints = json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "kubernetes", "namespace": "default"},
+        "subsets": [{"addresses": [{"ip": "10.0.0.5"}], "ports": [{"name": "https", "port": 6443}]}]});
+    Api::<Endpoints>::namespaced(client.clone(), "default")
+        .patch("kubernetes", &as_apiserver, &Patch::Apply(&endpoints))
+        .await
+        .unwrap();
+    let ccm = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "cloud-controller-manager", "namespace": "kube-system"},
+        "spec": {"selector": {"matchLabels": {"app": "ccm"}}, "template": {"metadata": {"labels": {"app": "ccm"}},
+            "spec": {"containers": [{"name": "ccm", "image": "registry.example/ccm:v1", "args": ["--cloud-provider=azure"],
+                "env": [{"name": "AZURE_CLOUD", "value": "public"}]}]}}}});
+    Api::<Deployment>::namespaced(client, "kube-system")
+        .patch(
+            "cloud-controller-manager",
+            &PatchParams::apply("helm"),
+            &Patch::Apply(&ccm),
+        )
+        .await
+        .unwrap();
+    api
+}
+
+/// Management side for `CLUSTER`: its Cluster (initialized), kubeconfig and CA Secrets.
+async fn connect(m: &Management, workload: &TestApi) {
+    let cluster = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": CLUSTER, "namespace": NS}, "spec": {"paused": false}});
+    apply_value(&m.client, cluster).await;
+    let clusters = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+        m.client.clone(),
+        NS,
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Cluster"),
+            "clusters",
+        ),
+    );
+    clusters
+        .patch_status(
+            CLUSTER,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"initialization": {"controlPlaneInitialized": true}}})),
+        )
+        .await
+        .unwrap();
+    put_secret(
+        &m.client,
+        &format!("{CLUSTER}-kubeconfig"),
+        [("value", workload.kubeconfig_yaml())],
+    )
+    .await;
+    put_secret(
+        &m.client,
+        &format!("{CLUSTER}-ca"),
+        [
+            ("tls.crt", CA_CRT.to_string()),
+            ("tls.key", CA_KEY.to_string()),
+        ],
+    )
+    .await;
+    // A stand-in for the API server's own serving key: it must never be read.
+    put_secret(
+        &m.client,
+        &format!("{CLUSTER}-apiserver-key"),
+        [("tls.key", "secret".to_string())],
+    )
+    .await;
+}
+
+async fn put_secret<const N: usize>(client: &Client, name: &str, data: [(&str, String); N]) {
+    let data: BTreeMap<String, ByteString> = data
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), ByteString(v.into_bytes())))
+        .collect();
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        data: Some(data),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .patch(
+            name,
+            &PatchParams::apply("capi").force(),
+            &Patch::Apply(&secret),
+        )
+        .await
+        .unwrap();
+}
+
+fn cpi(extra_proxy: Value) -> Value {
+    let mut proxy = json!({"upstreams": ["192.0.2.10", "192.0.2.11"]});
+    proxy
+        .as_object_mut()
+        .unwrap()
+        .extend(extra_proxy.as_object().unwrap().clone());
+    json!({"apiVersion": "hcp-ingress.dev/v1alpha1", "kind": "ControlPlaneIngress",
+        "metadata": {"name": CLUSTER, "namespace": NS},
+        "spec": {"clusterName": CLUSTER, "ingress": {"apiHost": "api.wl.example.com", "className": "haproxy"},
+                 "backend": {"serviceName": "kmc-wl", "apiPort": 30443}, "proxy": proxy}})
+}
+
+async fn wait_object<K>(api: &Api<K>, name: &str) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    eventually(&format!("workload object {name}"), || async {
+        api.get_opt(name).await.ok()?
+    })
+    .await
+}
+
+fn ca() -> CertificateAuthority {
+    CertificateAuthority::from_pem(CA_CRT, CA_KEY).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn installs_the_proxy_with_its_config_and_a_certificate_minted_from_the_cluster_ca() {
+    let m = management(&[]).await;
+    let w = workload_cluster().await;
+    connect(&m, &w).await;
+    let running = start(m.client.clone());
+    apply_value(&m.client, cpi(json!({}))).await;
+
+    let wc = w.client();
+    let config_map = wait_object(
+        &Api::<ConfigMap>::namespaced(wc.clone(), "kube-system"),
+        "hcp-ingress-proxy",
+    )
+    .await;
+    let text = &config_map.data.as_ref().unwrap()["config.yaml"];
+    let parsed = config::validate(config::parse(text).unwrap())
+        .expect("the rendered config is one the proxy accepts");
+    let rendered = format!("{parsed:?}");
+    assert!(
+        rendered.contains("api.wl.example.com") && rendered.contains("192.0.2.10"),
+        "{rendered}"
+    );
+
+    let secret = wait_object(
+        &Api::<Secret>::namespaced(wc.clone(), "kube-system"),
+        "hcp-ingress-proxy",
+    )
+    .await;
+    let cert = String::from_utf8(secret.data.as_ref().unwrap()["tls.crt"].0.clone()).unwrap();
+    let spec = LeafSpec::proxy(
+        "cluster.local",
+        "10.96.0.1".parse().unwrap(),
+        "240.0.0.1".parse().unwrap(),
+        std::time::SystemTime::now(),
+    );
+    // Valid means: parses, chains to the CA, carries exactly the wanted SANs, not due.
+    assert!(
+        matches!(
+            pki::renewal_due(&cert, spec.now, &ca(), &spec),
+            Renewal::Valid { .. }
+        ),
+        "the proxy certificate must be fresh and right"
+    );
+    let key = String::from_utf8(secret.data.as_ref().unwrap()["tls.key"].0.clone()).unwrap();
+    assert!(
+        pki::key_matches(&cert, &key),
+        "the key in the Secret belongs to the certificate"
+    );
+
+    let ds = wait_object(
+        &Api::<DaemonSet>::namespaced(wc.clone(), "kube-system"),
+        "hcp-ingress-proxy",
+    )
+    .await;
+    let pod = ds.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pod.host_network, Some(true));
+    assert_eq!(pod.automount_service_account_token, Some(false));
+
+    // The API server's key is never read: only these two Secrets are, one by one.
+    let secrets_read: std::collections::BTreeSet<String> = m
+        .api
+        .request_log()
+        .into_iter()
+        .filter(|r| {
+            r.path.contains("/secrets") && matches!(r.verb.as_str(), "get" | "list" | "watch")
+        })
+        .map(|r| format!("{} {}", r.verb, r.path))
+        .collect();
+    for read in &secrets_read {
+        assert!(
+            read == &format!("get /api/v1/namespaces/{NS}/secrets/{CLUSTER}-kubeconfig")
+                || read == &format!("get /api/v1/namespaces/{NS}/secrets/{CLUSTER}-ca"),
+            "the controller read {read}"
+        );
+    }
+    assert!(
+        !secrets_read.iter().any(|r| r.contains("apiserver-key")),
+        "{secrets_read:?}"
+    );
+
+    // Status follows the DaemonSet's own report.
+    let status = json!({"status": {"desiredNumberScheduled": 2, "numberReady": 2, "currentNumberScheduled": 2, "numberMisscheduled": 0}});
+    Api::<DaemonSet>::namespaced(wc.clone(), "kube-system")
+        .patch_status(
+            "hcp-ingress-proxy",
+            &PatchParams::default(),
+            &Patch::Merge(status),
+        )
+        .await
+        .unwrap();
+    let (_, message) = wait_condition(&m.client, CLUSTER, "ProxyReady", "True").await;
+    assert_eq!(message, "2/2 nodes run a ready proxy");
+    let cpi = cpis(&m.client).get(CLUSTER).await.unwrap();
+    assert_eq!(cpi.status.unwrap().proxy.unwrap().ready_nodes, 2);
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_past_two_thirds_of_its_life_is_reminted() {
+    let m = management(&[]).await;
+    let w = workload_cluster().await;
+    connect(&m, &w).await;
+    // A certificate minted six days ago with a seven-day life.
+    let then = std::time::SystemTime::now() - Duration::from_secs(6 * 24 * 3600);
+    let old_spec = LeafSpec::proxy(
+        "cluster.local",
+        "10.96.0.1".parse().unwrap(),
+        "240.0.0.1".parse().unwrap(),
+        then,
+    );
+    let old = pki::mint_leaf(&ca(), &old_spec).unwrap();
+    let secrets: Api<Secret> = Api::namespaced(w.client(), "kube-system");
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": "hcp-ingress-proxy", "namespace": "kube-system", "labels": {"app.kubernetes.io/managed-by": "hcp-ingress"}},
+        "stringData": {"tls.crt": old.cert_pem, "tls.key": old.key_pem}});
+    secrets
+        .patch(
+            "hcp-ingress-proxy",
+            &PatchParams::apply("hcp-ingress"),
+            &Patch::Apply(&secret),
+        )
+        .await
+        .unwrap();
+
+    let running = start(m.client.clone());
+    apply_value(&m.client, cpi(json!({}))).await;
+    let renewed = eventually("a new certificate", || async {
+        let s = secrets.get("hcp-ingress-proxy").await.ok()?;
+        let cert = String::from_utf8(s.data?.get("tls.crt")?.0.clone()).ok()?;
+        (cert != old.cert_pem).then_some(cert)
+    })
+    .await;
+    let spec = LeafSpec::proxy(
+        "cluster.local",
+        "10.96.0.1".parse().unwrap(),
+        "240.0.0.1".parse().unwrap(),
+        std::time::SystemTime::now(),
+    );
+    assert!(matches!(
+        pki::renewal_due(&renewed, spec.now, &ca(), &spec),
+        Renewal::Valid { .. }
+    ));
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_are_steered_and_an_overwrite_is_detected() {
+    let m = management(&[]).await;
+    let w = workload_cluster().await;
+    connect(&m, &w).await;
+    let running = start(m.client.clone());
+    apply_value(&m.client, cpi(json!({}))).await;
+    let endpoints: Api<Endpoints> = Api::namespaced(w.client(), "default");
+    let steered = eventually("steered endpoints", || async {
+        let e = endpoints.get("kubernetes").await.ok()?;
+        let ip = e
+            .subsets
+            .as_ref()?
+            .first()?
+            .addresses
+            .as_ref()?
+            .first()?
+            .ip
+            .clone();
+        (ip == "240.0.0.1").then_some(e)
+    })
+    .await;
+    assert_eq!(
+        steered.labels()["endpointslice.kubernetes.io/skip-mirror"],
+        "true"
+    );
+    let slice = wait_object(
+        &Api::<EndpointSlice>::namespaced(w.client(), "default"),
+        "kubernetes",
+    )
+    .await;
+    assert_eq!(slice.endpoints[0].addresses, ["240.0.0.1"]);
+    assert_eq!(slice.labels()["kubernetes.io/service-name"], "kubernetes");
+    wait_condition(&m.client, CLUSTER, "EndpointsSteered", "True").await;
+
+    // An API server still running its endpoint reconciler puts its own address back.
+    let mut rewritten = endpoints.get("kubernetes").await.unwrap();
+    rewritten.subsets = Some(serde_json::from_value(json!([{"addresses": [{"ip": "10.0.0.5"}], "ports": [{"name": "https", "port": 6443}]}])).unwrap());
+    endpoints
+        .replace("kubernetes", &PostParams::default(), &rewritten)
+        .await
+        .unwrap();
+    let (reason, message) = wait_condition(&m.client, CLUSTER, "EndpointsSteered", "False").await;
+    assert_eq!(reason, "EndpointsOverwritten");
+    assert!(
+        message.contains("--endpoint-reconciler-type=none"),
+        "{message}"
+    );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_steering_patches_only_the_fields_it_needs() {
+    let m = management(&[]).await;
+    let w = workload_cluster().await;
+    connect(&m, &w).await;
+    let running = start(m.client.clone());
+    apply_value(&m.client, cpi(json!({"steering": "service"}))).await;
+    let services: Api<Service> = Api::namespaced(w.client(), "default");
+    let service = eventually("the steered Service", || async {
+        let s = services.get("kubernetes").await.ok()?;
+        s.spec.as_ref()?.selector.is_some().then_some(s)
+    })
+    .await;
+    let spec = service.spec.unwrap();
+    assert_eq!(spec.internal_traffic_policy.as_deref(), Some("Local"));
+    assert_eq!(spec.publish_not_ready_addresses, Some(true));
+    assert_eq!(
+        spec.cluster_ip.as_deref(),
+        Some("10.96.0.1"),
+        "the API server's fields stay"
+    );
+    assert_eq!(spec.ports.unwrap()[0].port, 443);
+    wait_condition(&m.client, CLUSTER, "EndpointsSteered", "True").await;
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ccm_gets_the_service_env_while_other_managers_keep_their_fields() {
+    let m = management(&[]).await;
+    let w = workload_cluster().await;
+    connect(&m, &w).await;
+    let running = start(m.client.clone());
+    apply_value(&m.client, cpi(json!({}))).await;
+    let deployments: Api<Deployment> = Api::namespaced(w.client(), "kube-system");
+    let env_of = |d: &Deployment| -> BTreeMap<String, String> {
+        d.spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0]
+            .env
+            .iter()
+            .flatten()
+            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+            .collect()
+    };
+    let patched = eventually("CCM env", || async {
+        let d = deployments.get("cloud-controller-manager").await.ok()?;
+        env_of(&d)
+            .contains_key("KUBERNETES_SERVICE_HOST")
+            .then_some(d)
+    })
+    .await;
+    let env = env_of(&patched);
+    assert_eq!(env["KUBERNETES_SERVICE_HOST"], "api.wl.example.com");
+    assert_eq!(env["KUBERNETES_SERVICE_PORT"], "443");
+    assert_eq!(
+        env["AZURE_CLOUD"], "public",
+        "the chart's env entry survives"
+    );
+    let container = &patched
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
+    assert_eq!(container.image.as_deref(), Some("registry.example/ccm:v1"));
+    let (_, message) = wait_condition(&m.client, CLUSTER, "CCMConfigured", "True").await;
+    assert!(
+        message.contains("Deployment kube-system/cloud-controller-manager"),
+        "{message}"
+    );
+
+    // The chart upgrades its own env entry; ours stay.
+    let upgrade = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "cloud-controller-manager", "namespace": "kube-system"},
+        "spec": {"selector": {"matchLabels": {"app": "ccm"}}, "template": {"metadata": {"labels": {"app": "ccm"}},
+            "spec": {"containers": [{"name": "ccm", "image": "registry.example/ccm:v2", "args": ["--cloud-provider=azure"],
+                "env": [{"name": "AZURE_CLOUD", "value": "china"}]}]}}}});
+    deployments
+        .patch(
+            "cloud-controller-manager",
+            &PatchParams::apply("helm"),
+            &Patch::Apply(&upgrade),
+        )
+        .await
+        .unwrap();
+    let env = env_of(&deployments.get("cloud-controller-manager").await.unwrap());
+    assert_eq!(env["AZURE_CLOUD"], "china");
+    assert_eq!(env["KUBERNETES_SERVICE_HOST"], "api.wl.example.com");
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_workload_api_is_a_condition_then_converges_and_a_rotated_kubeconfig_is_followed()
+ {
+    let m = management(&[]).await;
+    let w = workload_cluster().await;
+    connect(&m, &w).await;
+    w.fail_next(1_000_000, RequestMatch::new("*", ""), 503);
+    let running = start(m.client.clone());
+    apply_value(&m.client, cpi(json!({}))).await;
+    let (reason, message) = wait_condition(&m.client, CLUSTER, "WorkloadReachable", "False").await;
+    assert_eq!(reason, "WorkloadAPIError", "{message}");
+    let attempts = w.request_log().len();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        w.request_log().len() < attempts + 40,
+        "backoff, not a hot loop: {} requests in 2 s",
+        w.request_log().len() - attempts
+    );
+
+    w.clear_faults();
+    wait_condition(&m.client, CLUSTER, "WorkloadReachable", "True").await;
+    wait_object(
+        &Api::<DaemonSet>::namespaced(w.client(), "kube-system"),
+        "hcp-ingress-proxy",
+    )
+    .await;
+
+    // CAPI rotates the kubeconfig (here: the cluster moved); the controller follows.
+    let moved = workload_cluster().await;
+    put_secret(
+        &m.client,
+        &format!("{CLUSTER}-kubeconfig"),
+        [("value", moved.kubeconfig_yaml())],
+    )
+    .await;
+    // Touch the ControlPlaneIngress so the change is picked up now rather than at the next resync.
+    cpis(&m.client)
+        .patch(
+            CLUSTER,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"touch": "1"}}})),
+        )
+        .await
+        .unwrap();
+    wait_object(
+        &Api::<DaemonSet>::namespaced(moved.client(), "kube-system"),
+        "hcp-ingress-proxy",
+    )
+    .await;
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_removes_only_what_we_installed() {
+    let m = management(&[]).await;
+    let w = workload_cluster().await;
+    connect(&m, &w).await;
+    let bystander = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "coredns", "namespace": "kube-system"}, "data": {"Corefile": "."}});
+    Api::<ConfigMap>::namespaced(w.client(), "kube-system")
+        .patch(
+            "coredns",
+            &PatchParams::apply("kubeadm"),
+            &Patch::Apply(&bystander),
+        )
+        .await
+        .unwrap();
+    let running = start(m.client.clone());
+    apply_value(&m.client, cpi(json!({}))).await;
+    let daemon_sets: Api<DaemonSet> = Api::namespaced(w.client(), "kube-system");
+    wait_object(&daemon_sets, "hcp-ingress-proxy").await;
+    wait_condition(&m.client, CLUSTER, "EndpointsSteered", "True").await;
+
+    cpis(&m.client)
+        .delete(CLUSTER, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the ControlPlaneIngress is gone", || async {
+        cpis(&m.client)
+            .get_opt(CLUSTER)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    for (kind, gone) in [
+        (
+            "DaemonSet",
+            daemon_sets
+                .get_opt("hcp-ingress-proxy")
+                .await
+                .unwrap()
+                .is_none(),
+        ),
+        (
+            "ConfigMap",
+            Api::<ConfigMap>::namespaced(w.client(), "kube-system")
+                .get_opt("hcp-ingress-proxy")
+                .await
+                .unwrap()
+                .is_none(),
+        ),
+        (
+            "Secret",
+            Api::<Secret>::namespaced(w.client(), "kube-system")
+                .get_opt("hcp-ingress-proxy")
+                .await
+                .unwrap()
+                .is_none(),
+        ),
+    ] {
+        assert!(gone, "{kind} hcp-ingress-proxy must be removed");
+    }
+    assert!(
+        Api::<ConfigMap>::namespaced(w.client(), "kube-system")
+            .get_opt("coredns")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        Api::<Deployment>::namespaced(w.client(), "kube-system")
+            .get_opt("cloud-controller-manager")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    // The endpoints stay (deleting them would cut the in-cluster API path) and an Event says so.
+    assert!(
+        Api::<Endpoints>::namespaced(w.client(), "default")
+            .get_opt("kubernetes")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(m.client.clone(), NS);
+    let note = eventually("clean-up event", || async {
+        events
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("WorkloadCleanedUp"))?
+            .note
+    })
+    .await;
+    assert!(
+        note.contains("default/kubernetes still points at the node proxy"),
+        "{note}"
+    );
+    running.stop().await;
+}
