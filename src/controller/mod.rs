@@ -241,16 +241,56 @@ impl Backoff {
     }
 }
 
+/// A watch cache and whether its first full list has arrived. Derefs to the
+/// kube-runtime [`Store`].
+#[derive(Clone)]
+pub struct Cache<K>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    store: Store<K>,
+    synced: tokio::sync::watch::Receiver<bool>,
+}
+
+impl<K> Cache<K>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    /// A cache over `store`; `synced` turns true after the first full list.
+    pub fn new(store: Store<K>, synced: tokio::sync::watch::Receiver<bool>) -> Self {
+        Cache { store, synced }
+    }
+
+    /// Resolves once the first full list is in (false if the watch ended first).
+    pub async fn synced(&self) -> bool {
+        let mut synced = self.synced.clone();
+        synced.wait_for(|s| *s).await.is_ok()
+    }
+}
+
+impl<K> std::ops::Deref for Cache<K>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    type Target = Store<K>;
+    fn deref(&self) -> &Store<K> {
+        &self.store
+    }
+}
+
 /// What every reconciliation shares.
 pub struct Context {
     /// Management cluster client.
     pub client: Client,
     /// Route objects we manage, per installed kind (watch caches).
-    pub routes: HashMap<RouteKind, Store<DynamicObject>>,
+    pub routes: HashMap<RouteKind, Cache<DynamicObject>>,
     /// CAPI Clusters, when CAPI is installed.
-    pub clusters: Option<(Store<DynamicObject>, ApiResource)>,
+    pub clusters: Option<(Cache<DynamicObject>, ApiResource)>,
     /// Every ControlPlaneIngress (source adapters compare against it).
-    pub cpis: Store<ControlPlaneIngress>,
+    pub cpis: Cache<ControlPlaneIngress>,
     /// Event recorder.
     pub recorder: Recorder,
     /// Metrics.
@@ -287,7 +327,7 @@ impl Context {
                     .map(|(store, _)| ("Cluster".to_string(), store)),
             );
         for (kind, store) in caches {
-            if tokio::time::timeout(Duration::from_secs(10), store.wait_until_ready())
+            if tokio::time::timeout(Duration::from_secs(10), store.synced())
                 .await
                 .is_err()
             {

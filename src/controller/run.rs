@@ -28,7 +28,7 @@ use kube::{
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Backoff, Context, ControllerArgs, Error, Leader, LeaseConfig, Metrics, Tuning, leader,
+    Backoff, Cache, Context, ControllerArgs, Error, Leader, LeaseConfig, Metrics, Tuning, leader,
     reconcile::{error_policy, reconcile},
     sources,
 };
@@ -366,29 +366,35 @@ fn relevant_group(crd: &CustomResourceDefinition) -> bool {
 /// the Controller. The cache must not depend on the Controller polling it:
 /// reconciliations wait for the caches, and a Controller with every slot busy
 /// stops polling its trigger streams.
-fn reflect(
-    api: Api<DynamicObject>,
+fn reflect<K>(
+    api: Api<K>,
     config: watcher::Config,
-    resource: ApiResource,
+    dyntype: K::DynamicType,
     token: CancellationToken,
 ) -> (
-    reflector::Store<DynamicObject>,
-    impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static,
-) {
-    let writer = reflector::store::Writer::new(resource);
+    Cache<K>,
+    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
+{
+    let writer = reflector::store::Writer::new(dyntype);
     let store = writer.as_reader();
+    let (synced_tx, synced_rx) = tokio::sync::watch::channel(false);
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
-        let changes = watcher(api, config)
-            .default_backoff()
-            .reflect(writer)
-            .touched_objects();
-        futures::pin_mut!(changes);
+        let events = watcher(api, config).default_backoff().reflect(writer);
+        futures::pin_mut!(events);
         loop {
             tokio::select! {
                 _ = token.cancelled() => break,
-                item = changes.next() => match item {
-                    Some(Ok(object)) => { let _ = tx.send(object); }
+                event = events.next() => match event {
+                    Some(Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object) | watcher::Event::Delete(object))) => {
+                        let _ = tx.send(object);
+                    }
+                    Some(Ok(watcher::Event::InitDone)) => { synced_tx.send_replace(true); }
+                    Some(Ok(watcher::Event::Init)) => {}
                     Some(Err(error)) => tracing::debug!(%error, "watch error; retrying with backoff"),
                     None => break,
                 },
@@ -398,7 +404,7 @@ fn reflect(
     let changes = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|object| (Ok(object), rx))
     });
-    (store, changes)
+    (Cache::new(store, synced_rx), changes)
 }
 
 fn watch_config(settings: &Settings) -> watcher::Config {
@@ -429,8 +435,8 @@ async fn run_controllers(
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let mut controller = Controller::new(cpi_api, watch_config(settings));
-    let cpis = controller.store();
+    let (cpis, cpi_changes) = reflect(cpi_api, watch_config(settings), (), token.clone());
+    let mut controller = Controller::for_stream(cpi_changes, (*cpis).clone());
 
     // Our route objects: one watch per installed kind, cached for the diff.
     let mut routes = HashMap::new();
@@ -504,10 +510,12 @@ async fn run_controllers(
         let cpis = cpis.clone();
         tokio::spawn(async move {
             let synced = async {
-                let _ = cpis.wait_until_ready().await;
+                cpis.synced().await;
+                tracing::debug!("ControlPlaneIngress cache synced");
                 for store in stores {
-                    let _ = store.wait_until_ready().await;
+                    store.synced().await;
                 }
+                tracing::debug!("route and Cluster caches synced");
             };
             tokio::select! {
                 _ = synced => state.synced.store(true, Ordering::Release),

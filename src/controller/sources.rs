@@ -68,7 +68,7 @@ fn error_policy(obj: Arc<DynamicObject>, _: &Error, ctx: Arc<SourceContext>) -> 
 async fn reconcile(obj: Arc<DynamicObject>, sctx: Arc<SourceContext>) -> Result<Action, Error> {
     let ctx = &sctx.ctx;
     ctx.caches_ready().await?;
-    let _ = ctx.cpis.wait_until_ready().await;
+    ctx.cpis.synced().await;
     let mut obj = (*obj).clone();
     // List items may come without apiVersion/kind; the adapter needs them.
     obj.types = Some(TypeMeta {

@@ -148,6 +148,37 @@ fn ipv6_upstreams_and_least_connections() {
 }
 
 #[test]
+fn ipv6_listen_address_and_service_ip() {
+    let mut w = World::new(Ingress::Haproxy);
+    w.listen = world::ADVERTISE6.to_string();
+    w.start_proxy("reencrypt", &INGRESS6, "");
+    // The proxy put the IPv6 advertise address on lo itself (/128, no DAD).
+    let addrs = world::run(&["ip", "-n", &w.node, "-6", "addr", "show", "dev", "lo"]);
+    assert!(
+        addrs.contains(&format!("{}/128", world::ADVERTISE6)),
+        "{addrs}"
+    );
+    // A pod dialing the IPv6 service IP, no SNI, verifying the IP SAN.
+    let ca = w.pki.path("ca-a.crt");
+    let r = w.get(&[world::SERVICE_IP6, "443", "--ca", &ca]);
+    assert_eq!(tenant(&r)["tenant"], "a");
+    let (cert, key) = (w.pki.path("client.crt"), w.pki.path("client.key"));
+    let r = w.get(&[
+        world::SERVICE_IP6,
+        "443",
+        "--sni",
+        API_A,
+        "--ca",
+        &ca,
+        "--cert",
+        &cert,
+        "--key",
+        &key,
+    ]);
+    assert_eq!(tenant(&r)["verify"], "SUCCESS", "{r}");
+}
+
+#[test]
 fn passthrough_mode_forwards_bytes_untouched() {
     let mut w = World::new(Ingress::Haproxy);
     w.start_proxy("passthrough", &INGRESS, "");

@@ -29,6 +29,8 @@ pub const API_A: &str = "api.tenant-a.example.com";
 pub const API_B: &str = "api.tenant-b.example.com";
 pub const SERVICE_IP: &str = "10.96.0.1";
 pub const ADVERTISE: &str = "240.0.0.1";
+pub const SERVICE_IP6: &str = "fd00:96::1";
+pub const ADVERTISE6: &str = "fd00:240::1";
 pub const INGRESS: [&str; 2] = ["198.51.100.10", "198.51.100.11"];
 pub const INGRESS6: [&str; 2] = ["fd00:198::10", "fd00:198::11"];
 pub const ADMIN: &str = "127.0.0.1:9445";
@@ -46,7 +48,15 @@ pub fn require() {
     if String::from_utf8_lossy(&uid).trim() != "0" {
         missing.push("root (network namespaces, iptables)".to_string());
     }
-    for bin in ["ip", "iptables", "haproxy", "nginx", "python3", "curl"] {
+    for bin in [
+        "ip",
+        "iptables",
+        "ip6tables",
+        "haproxy",
+        "nginx",
+        "python3",
+        "curl",
+    ] {
         let found = Command::new("sh")
             .args(["-c", &format!("command -v {bin}")])
             .output()
@@ -155,6 +165,8 @@ impl Pki {
             "kubernetes.default.svc.cluster.local",
             SERVICE_IP,
             ADVERTISE,
+            SERVICE_IP6,
+            ADVERTISE6,
         ];
         let (c, k, der) = leaf(&self.ca_a, "hcp-ingress-proxy", &sans, false);
         // Write to temporary names and rename, as a Secret volume swaps.
@@ -186,6 +198,8 @@ pub struct Proc {
 }
 
 pub struct World {
+    /// Listen (advertise) address of the proxy; IPv4 unless a test says so.
+    pub listen: String,
     pub dir: PathBuf,
     pub pki: Pki,
     pub pod: String,
@@ -208,6 +222,7 @@ impl World {
         fs::create_dir_all(&dir).unwrap();
         let pki = Pki::new(&dir);
         let mut w = World {
+            listen: ADVERTISE.to_string(),
             pod: format!("hcp{id}pod"),
             node: format!("hcp{id}node"),
             lb: format!("hcp{id}lb"),
@@ -320,6 +335,64 @@ impl World {
         }
         run(&["ip", "-n", &self.node, "link", "set", &vm, "up"]);
         run(&["ip", "-n", &self.lb, "link", "set", &vl, "up"]);
+        // IPv6 between pod and node too.
+        run(&[
+            "ip",
+            "-n",
+            &self.pod,
+            "addr",
+            "add",
+            "fd00:244::2/64",
+            "dev",
+            &vp,
+            "nodad",
+        ]);
+        run(&[
+            "ip",
+            "-n",
+            &self.node,
+            "addr",
+            "add",
+            "fd00:244::1/64",
+            "dev",
+            &vn,
+            "nodad",
+        ]);
+        run(&[
+            "ip",
+            "-n",
+            &self.pod,
+            "-6",
+            "route",
+            "add",
+            "default",
+            "via",
+            "fd00:244::1",
+        ]);
+        for chain in ["PREROUTING", "OUTPUT"] {
+            let (svc, to) = (format!("{SERVICE_IP6}/128"), format!("[{ADVERTISE6}]:443"));
+            run(&[
+                "ip",
+                "netns",
+                "exec",
+                &self.node,
+                "ip6tables",
+                "-t",
+                "nat",
+                "-A",
+                chain,
+                "-d",
+                &svc,
+                "-p",
+                "tcp",
+                "--dport",
+                "443",
+                "-j",
+                "DNAT",
+                "--to-destination",
+                &to,
+            ]);
+        }
         // kube-proxy's part: the service IP is DNATed to the advertise address,
         // for pods (PREROUTING) and host-network processes (OUTPUT).
         for chain in ["PREROUTING", "OUTPUT"] {
@@ -526,7 +599,7 @@ stream {{
             .collect::<Vec<_>>()
             .join(", ");
         let conf = format!(
-            "listen: {{address: {ADVERTISE}, port: 443, interface: lo}}\n\
+            "listen: {{address: \"{listen}\", port: 443, interface: lo}}\n\
              mode: {mode}\n\
              upstream:\n  serverName: {API_A}\n  port: 443\n  addresses: [{addrs}]\n  caFile: {ca}\n  \
              healthCheck: {{interval: 300ms, timeout: 2s}}\n\
@@ -535,6 +608,7 @@ stream {{
              admin: {{address: \"{ADMIN}\"}}\n\
              reload: {{interval: 200ms}}\n\
              log: {{format: json, level: debug}}\n{extra}",
+            listen = self.listen,
             passthrough = if extra.contains("passthroughServerNames") {
                 String::new()
             } else {

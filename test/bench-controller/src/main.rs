@@ -92,8 +92,12 @@ struct Args {
     /// Watch events memkube keeps per resource (older resourceVersions get 410 Gone).
     #[arg(long, default_value_t = 100_000)]
     history: usize,
+    /// Keep the node proxy (workload side) enabled; without workload clusters
+    /// every ControlPlaneIngress then stays not Ready and is retried, not resynced.
+    #[arg(long)]
+    workload_proxy: bool,
     /// Give up converging after this many seconds.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 180)]
     timeout_secs: u64,
 }
 
@@ -112,6 +116,9 @@ impl Args {
         ];
         if let Some(c) = self.concurrency {
             args.push(format!("--concurrency={c}"));
+        }
+        if self.workload_proxy {
+            args.push("--workload-proxy".into());
         }
         args
     }
@@ -157,11 +164,16 @@ async fn orchestrate(args: &Args) -> Result<(), String> {
     let mut results = Vec::new();
     for &n in &args.n {
         eprintln!("== N = {n}");
+        // Not `output()`: tokio's would capture stderr, the progress report.
         let output = tokio::process::Command::new(&exe)
             .args(args.child_args("run", n))
             .stdin(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
-            .output()
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("failed to run the N={n} measurement: {e}"))?
+            .wait_with_output()
             .await
             .map_err(|e| format!("failed to run the N={n} measurement: {e}"))?;
         let stdout = String::from_utf8_lossy(&output.stdout);
@@ -205,9 +217,22 @@ fn print_details(r: &Value) {
             println!("    {count:>7}  {key}");
         }
     }
+    if let Some(errors) = r["converge"]["errors"].as_object() {
+        for (key, count) in errors {
+            println!("    {count:>7}  failed: {key}");
+        }
+    }
+    println!(
+        "  CPU during convergence: controller {:.2} s, memkube {:.2} s (incl. seeding)",
+        f(r, "cpu_converge_secs"),
+        f(&r["converge"], "cpu_secs"),
+    );
     println!(
         "  steady state: {} requests ({} writes) and {} reconciles in {} s",
-        r["steady"]["total"], r["steady"]["writes"], r["reconciles_steady"], r["steady_window_secs"]
+        r["steady"]["total"],
+        r["steady"]["writes"],
+        r["reconciles_steady"],
+        r["steady_window_secs"]
     );
     if let Some(samples) = r["steady"]["write_samples"].as_array() {
         for s in samples {
@@ -270,13 +295,25 @@ fn print_table(args: &Args, results: &[Value]) {
     row("reconciles in that window", "≥ N", &|r| {
         format!("{}", r["reconciles_steady"])
     });
-    row("peak RSS of the controller process (MiB)", "< 200 MiB", &|r| {
-        let m = f(r, "rss_peak_mib");
-        format!("{m:.1} {}", verdict(m < TARGET_RSS_MIB))
+    row("controller CPU during convergence (s)", "—", &|r| {
+        format!("{:.2}", f(r, "cpu_converge_secs"))
     });
-    row("  of which before the controller started (MiB)", "—", &|r| {
-        format!("{:.1}", f(r, "rss_base_mib"))
+    row("controller CPU in the steady window (s)", "—", &|r| {
+        format!("{:.2}", f(r, "cpu_steady_secs"))
     });
+    row(
+        "peak RSS of the controller process (MiB)",
+        "< 200 MiB",
+        &|r| {
+            let m = f(r, "rss_peak_mib");
+            format!("{m:.1} {}", verdict(m < TARGET_RSS_MIB))
+        },
+    );
+    row(
+        "  of which before the controller started (MiB)",
+        "—",
+        &|r| format!("{:.1}", f(r, "rss_base_mib")),
+    );
     row("peak RSS of memkube, separate process (MiB)", "—", &|r| {
         format!("{:.1}", f(r, "memkube_rss_peak_mib"))
     });
@@ -310,6 +347,25 @@ fn vmhwm_mib() -> f64 {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         })
         .map_or(f64::NAN, |kib| kib / 1024.0)
+}
+
+/// CPU time (user + system) this process used so far, in seconds.
+fn cpu_secs() -> f64 {
+    // Fields 14 and 15 of /proc/self/stat, after the parenthesized command name.
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            let fields: Vec<u64> = s
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .skip(11)
+                .take(2)
+                .map(|v| v.parse().unwrap_or(0))
+                .collect();
+            Some(fields.iter().sum::<u64>() as f64 / 100.0)
+        })
+        .unwrap_or(f64::NAN)
 }
 
 /// A client for `url` sending `agent` as its `User-Agent`.
@@ -431,6 +487,7 @@ async fn measure(args: &Args) -> Result<(), String> {
     let concurrency = settings.concurrency;
     let controller_client = client(&url, CONTROLLER_AGENT)?;
     let token = CancellationToken::new();
+    let cpu_start = cpu_secs();
     let started = Instant::now();
     let task = tokio::spawn({
         let token = token.clone();
@@ -467,6 +524,7 @@ async fn measure(args: &Args) -> Result<(), String> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let converge = server.stats().await?;
+    let cpu_converge = cpu_secs() - cpu_start;
     let reconciles_converge = reconciles.load(Ordering::Relaxed);
     eprintln!("N={n}: converged in {converge_secs:.2} s; waiting one resync period");
 
@@ -474,10 +532,12 @@ async fn measure(args: &Args) -> Result<(), String> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     server.ask("clear").await?;
     let before = reconciles.load(Ordering::Relaxed);
+    let cpu_before = cpu_secs();
     let window = args.resync_secs + 5;
     tokio::time::sleep(Duration::from_secs(window)).await;
     let steady = server.stats().await?;
     let reconciles_steady = reconciles.load(Ordering::Relaxed) - before;
+    let cpu_steady = cpu_secs() - cpu_before;
     let rss_peak = vmhwm_mib();
 
     token.cancel();
@@ -500,6 +560,8 @@ async fn measure(args: &Args) -> Result<(), String> {
         "p90_secs": p90,
         "converge": converge,
         "reconciles_converge": reconciles_converge,
+        "cpu_converge_secs": cpu_converge,
+        "cpu_steady_secs": cpu_steady,
         "steady": steady,
         "steady_window_secs": window,
         "reconciles_steady": reconciles_steady,
@@ -530,7 +592,7 @@ async fn serve(args: &Args) -> Result<(), String> {
 
     let setup = client(&api.url(), BENCH_AGENT)?;
     let seeding = Instant::now();
-    seed(&setup, n, args.namespaces.max(1)).await?;
+    seed(&setup, n, args.namespaces.max(1), args.workload_proxy).await?;
     eprintln!(
         "memkube: seeded {n} Clusters and ControlPlaneIngresses in {:.2} s",
         seeding.elapsed().as_secs_f64()
@@ -576,12 +638,20 @@ fn load_schemas(api: &TestApi, dir: &Path) -> Result<(), String> {
                 .map_err(|e| format!("{}: {e}", path.display()))?;
         }
     }
-    eprintln!("memkube: loaded {loaded} upstream CRDs from {}", dir.display());
+    eprintln!(
+        "memkube: loaded {loaded} upstream CRDs from {}",
+        dir.display()
+    );
     Ok(())
 }
 
 /// The namespaces, then N CAPI Clusters and N ControlPlaneIngresses, 32 at a time.
-async fn seed(client: &Client, n: usize, namespaces: usize) -> Result<(), String> {
+async fn seed(
+    client: &Client,
+    n: usize,
+    namespaces: usize,
+    workload_proxy: bool,
+) -> Result<(), String> {
     let ns_api: Api<Namespace> = Api::all(client.clone());
     for i in 0..namespaces {
         let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace(i)}}))
@@ -612,9 +682,12 @@ async fn seed(client: &Client, n: usize, namespaces: usize) -> Result<(), String
                     .await
                     .map_err(|e| format!("failed to create Cluster {ns}/{name}: {e}"))?;
                 let cpis: Api<DynamicObject> = Api::namespaced_with(client, &ns, &cpi_resource);
-                cpis.create(&post, &dynamic(cpi(&ns, &name, FLAVORS[i % FLAVORS.len()]))?)
+                let flavor = FLAVORS[i % FLAVORS.len()];
+                cpis.create(&post, &dynamic(cpi(&ns, &name, flavor, workload_proxy))?)
                     .await
-                    .map_err(|e| format!("failed to create ControlPlaneIngress {ns}/{name}: {e}"))?;
+                    .map_err(|e| {
+                        format!("failed to create ControlPlaneIngress {ns}/{name}: {e}")
+                    })?;
                 Ok::<(), String>(())
             }
         })
@@ -636,8 +709,9 @@ fn cluster(ns: &str, name: &str) -> Value {
            "metadata": {"name": name, "namespace": ns}, "spec": {"paused": false}})
 }
 
-/// A ControlPlaneIngress of `flavor` for cluster `name`.
-fn cpi(ns: &str, name: &str, flavor: &str) -> Value {
+/// A ControlPlaneIngress of `flavor` for cluster `name`; the node proxy
+/// (workload side) only when `workload_proxy`.
+fn cpi(ns: &str, name: &str, flavor: &str, workload_proxy: bool) -> Value {
     let mut ingress = json!({"apiHost": format!("api.{name}.{ns}.example.com"),
                              "konnectivityHost": format!("konnectivity.{name}.{ns}.example.com"),
                              "port": 443});
@@ -652,6 +726,9 @@ fn cpi(ns: &str, name: &str, flavor: &str) -> Value {
         }
     }
     spec["ingress"] = ingress;
+    if !workload_proxy {
+        spec["proxy"] = json!({"enabled": false});
+    }
     json!({"apiVersion": "hcp-ingress.dev/v1alpha1", "kind": "ControlPlaneIngress",
            "metadata": {"name": name, "namespace": ns}, "spec": spec})
 }
@@ -684,23 +761,33 @@ async fn converged(api: &Api<ControlPlaneIngress>) -> Result<(usize, usize, usiz
 /// The controller's requests in `log`: total, writes, by verb and resource,
 /// a few writes verbatim, and memkube's own peak RSS.
 fn stats(log: &[RequestRecord]) -> Value {
-    let mine: Vec<&RequestRecord> = log
-        .iter()
-        .filter(|r| r.user_agent != BENCH_AGENT)
-        .collect();
+    let mine: Vec<&RequestRecord> = log.iter().filter(|r| r.user_agent != BENCH_AGENT).collect();
     let mut by: BTreeMap<String, u64> = BTreeMap::new();
     for r in &mine {
         *by.entry(format!("{:<9} {}", r.verb, resource_of(&r.path)))
             .or_default() += 1;
     }
     let writes: Vec<&&RequestRecord> = mine.iter().filter(|r| is_write(r)).collect();
+    let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+    for r in mine.iter().filter(|r| r.status >= 400) {
+        *errors
+            .entry(format!(
+                "{} {:<9} {}",
+                r.status,
+                r.verb,
+                resource_of(&r.path)
+            ))
+            .or_default() += 1;
+    }
     json!({
         "total": mine.len(),
         "writes": writes.len(),
         "by": by,
         "write_samples": writes.iter().take(20).map(|r| format!("{} {} -> {}", r.verb, r.path, r.status)).collect::<Vec<_>>(),
         "agents": mine.iter().map(|r| r.user_agent.clone()).collect::<std::collections::BTreeSet<_>>(),
+        "errors": errors,
         "vmhwm_mib": vmhwm_mib(),
+        "cpu_secs": cpu_secs(),
     })
 }
 
@@ -735,7 +822,9 @@ mod tests {
     #[test]
     fn resources_of_paths() {
         assert_eq!(
-            resource_of("/apis/hcp-ingress.dev/v1alpha1/namespaces/a/controlplaneingresses/x/status"),
+            resource_of(
+                "/apis/hcp-ingress.dev/v1alpha1/namespaces/a/controlplaneingresses/x/status"
+            ),
             "hcp-ingress.dev/controlplaneingresses/status"
         );
         assert_eq!(
