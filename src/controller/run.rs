@@ -376,7 +376,13 @@ fn reflect<K>(
     impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
 )
 where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
     K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
 {
     let writer = reflector::store::Writer::new(dyntype);

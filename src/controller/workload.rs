@@ -287,23 +287,18 @@ async fn install(
     }
 
     // The dedicated proxy certificate, from the cluster CA; the API server's key is never read.
-    let ca = cluster_ca(ctx, cpi).await;
-    match &ca {
-        Ok(ca) => inputs.ca_cert_pem = Some(ca.cert_pem().to_string()),
+    let ca = match cluster_ca(ctx, cpi).await {
+        Ok(ca) => ca,
         Err(message) => {
-            conditions.push(Desired::failed(
-                types::PROXY_READY,
-                "CANotAvailable",
-                message.clone(),
-            ));
-            return Ok(Outcome {
+            return Ok(stopped(
                 conditions,
-                proxy: None,
-                requeue: Some(ctx.settings.retry),
-            });
+                "CANotAvailable",
+                message,
+                Some(ctx.settings.retry),
+            ));
         }
-    }
-    let ca = ca.expect("checked above");
+    };
+    inputs.ca_cert_pem = Some(ca.cert_pem().to_string());
     if let Some(leaf_spec) = workload::proxy_leaf_spec(cpi, &inputs, SystemTime::now()) {
         let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
         let live = secrets
@@ -353,18 +348,7 @@ async fn install(
                 requeue: None,
             });
         }
-        Err(e) => {
-            conditions.push(Desired::failed(
-                types::PROXY_READY,
-                "InvalidSpec",
-                e.to_string(),
-            ));
-            return Ok(Outcome {
-                conditions,
-                proxy: None,
-                requeue: None,
-            });
-        }
+        Err(e) => return Ok(stopped(conditions, "InvalidSpec", e.to_string(), None)),
     };
 
     // Steering first looks at what is there: a rewrite by someone else is news.
@@ -422,6 +406,21 @@ async fn install(
         proxy: Some((desired, ready)),
         requeue,
     })
+}
+
+/// The install stopped before the proxy: ProxyReady says why.
+fn stopped(
+    mut conditions: Vec<Desired>,
+    reason: &str,
+    message: String,
+    requeue: Option<Duration>,
+) -> Outcome {
+    conditions.push(Desired::failed(types::PROXY_READY, reason, message));
+    Outcome {
+        conditions,
+        proxy: None,
+        requeue,
+    }
 }
 
 /// The cluster CA from Secret `<cluster>-ca` in the management cluster.

@@ -51,7 +51,7 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
-/// Serve until `shutdown` resolves.
+/// Serve until `shutdown` resolves. Each request has 5 s to complete.
 pub async fn serve(
     listener: TcpListener,
     health: Arc<dyn Health>,
@@ -62,11 +62,15 @@ pub async fn serve(
         tokio::select! {
             _ = &mut shutdown => return,
             accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
+                let Ok((stream, _)) = accepted else {
+                    // Out of file descriptors, say: back off instead of spinning.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
                 let health = health.clone();
                 tokio::spawn(async move {
-                    // A scraper that stalls must not hold a task forever.
-                    let _ = tokio::time::timeout(Duration::from_secs(10), serve_one(stream, health)).await;
+                    // A client that stalls must not hold a task forever.
+                    let _ = tokio::time::timeout(Duration::from_secs(5), serve_one(stream, health)).await;
                 });
             }
         }
@@ -76,12 +80,21 @@ pub async fn serve(
 async fn serve_one(mut stream: TcpStream, health: Arc<dyn Health>) -> std::io::Result<()> {
     let mut buf = [0u8; 2048];
     let mut len = 0;
-    while !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") && len < buf.len() {
+    // Read the request head; probes and scrapers send tiny ones.
+    loop {
         let n = stream.read(&mut buf[len..]).await?;
         if n == 0 {
-            break;
+            return Ok(());
         }
         len += n;
+        let head = &buf[..len];
+        if head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n") {
+            break;
+        }
+        if len == buf.len() {
+            let refusal = "HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
+            return stream.write_all(refusal.as_bytes()).await;
+        }
     }
     let head = String::from_utf8_lossy(&buf[..len]);
     let request_line = head.lines().next().unwrap_or("");

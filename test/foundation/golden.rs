@@ -93,7 +93,9 @@ fn goldens_cover_every_flavor_and_source_kind() {
 /// rather than only through the golden text.
 #[test]
 fn each_flavor_carries_its_passthrough_setting() {
-    let expectations: &[(&str, &str, &[(&str, &str)])] = &[
+    // (example, route kind, annotations it must carry)
+    type Expectation<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+    let expectations: &[Expectation] = &[
         (
             "k0smotron-controlplane.yaml",
             "Ingress",

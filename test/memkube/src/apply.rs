@@ -346,19 +346,23 @@ pub fn json_patch(target: &mut Value, patch: &Value) -> ApiResult<()> {
             format!("the server rejected our request due to an error in our request: {e}"),
         )
     };
-    let ops = patch
-        .as_array()
-        .ok_or_else(|| ApiError::bad_request("failed to decode json patch: not a list".to_string()))?;
+    let ops = patch.as_array().ok_or_else(|| {
+        ApiError::bad_request("failed to decode json patch: not a list".to_string())
+    })?;
     // Operation by operation, as the API server's json-patch library does: a
     // `test` for `null` passes on an absent path (kube-runtime's finalizer
     // helper relies on it to add the first finalizer).
     let mut patched = target.clone();
     for op in ops {
-        if op.get("op").and_then(Value::as_str) == Some("test") && op.get("value") == Some(&Value::Null) {
+        if op.get("op").and_then(Value::as_str) == Some("test")
+            && op.get("value") == Some(&Value::Null)
+        {
             let path = op.get("path").and_then(Value::as_str).unwrap_or_default();
             match patched.pointer(path) {
                 None | Some(Value::Null) => continue,
-                Some(other) => return Err(invalid(format!("test failed at {path}: found {other}"))),
+                Some(other) => {
+                    return Err(invalid(format!("test failed at {path}: found {other}")));
+                }
             }
         }
         let one: json_patch::Patch = serde_json::from_value(Value::Array(vec![op.clone()]))
@@ -534,7 +538,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(t["metadata"]["finalizers"], json!(["f"]));
-        let err = json_patch(&mut t, &json!([{"op": "test", "path": "/metadata/finalizers", "value": null}]));
+        let err = json_patch(
+            &mut t,
+            &json!([{"op": "test", "path": "/metadata/finalizers", "value": null}]),
+        );
         assert_eq!(err.unwrap_err().code, 422, "present and not null");
     }
 
