@@ -103,10 +103,13 @@ impl Shared {
 
 /// Bind the client listener. FREEBIND lets it start before the address is
 /// on the interface; an unspecified IPv6 address also accepts IPv4.
+/// SO_REUSEPORT lets the next proxy pod bind next to the running one during a
+/// rolling update (maxSurge 1), so a node is never without a listener.
 pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
     use socket2::{Domain, Socket, Type};
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     s.set_reuse_address(true)?;
+    s.set_reuse_port(true)?;
     if addr.is_ipv6() {
         if addr.ip().is_unspecified() {
             s.set_only_v6(false)?;
@@ -329,4 +332,16 @@ pub async fn run(state: State, config_path: std::path::PathBuf) -> Result<(), Se
         ),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// A surging pod binds the same address while the old one still listens.
+    #[tokio::test]
+    async fn two_proxies_can_listen_on_one_address() {
+        let first = super::bind("127.0.0.1:0".parse().unwrap(), 16).unwrap();
+        let addr = first.local_addr().unwrap();
+        let second = super::bind(addr, 16).expect("the second listener binds too");
+        assert_eq!(second.local_addr().unwrap(), addr);
+    }
 }

@@ -111,12 +111,12 @@ fn probes_hit_the_admin_port_on_loopback() {
 }
 
 #[test]
-fn rolling_update_one_node_at_a_time() {
+fn rolling_update_surges_so_no_node_is_ever_without_a_proxy() {
     let rendered = render(&fixture("reencrypt-advertise-address.yaml"), false);
     let ds = object(&rendered, "DaemonSet", "hcp-ingress-proxy");
     assert_eq!(
         ds["spec"]["updateStrategy"],
-        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}})
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}})
     );
 }
 

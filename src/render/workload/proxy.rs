@@ -244,15 +244,13 @@ pub(super) fn daemon_set(
             "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": own_labels()},
             "spec": {
                 "selector": {"matchLabels": selector_labels()},
-                // The proxy binds its listener and admin port without
-                // SO_REUSEPORT (src/proxy/server.rs), so a second pod on the
-                // same node cannot bind until the first is gone: surging
-                // (maxSurge 1, maxUnavailable 0) would leave the new pod
-                // crash-looping next to the old one. One node at a time
-                // instead; rolls are rare because config and certificates
-                // hot-reload and only the image or a restart-only setting
-                // changes the pod template.
-                "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
+                // Surge: the new pod starts next to the old one on each node
+                // (the proxy binds with SO_REUSEPORT, src/proxy/server.rs) and
+                // the old one goes only once the new one is ready, so no node
+                // is ever without a proxy. Rolls are rare anyway: config and
+                // certificates hot-reload; only the image or a restart-only
+                // setting changes the pod template.
+                "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
                 "template": {
                     "metadata": {
                         "labels": own_labels(),
