@@ -40,6 +40,15 @@ pub fn up_to_date(desired: &DynamicObject, digest: &str, existing: Option<&Dynam
         )
 }
 
+/// True when `existing` was applied by us from this very `desired` (same
+/// digest) and someone else has changed our fields since.
+pub fn rewritten_by_others(desired: &DynamicObject, existing: Option<&DynamicObject>) -> bool {
+    existing.is_some_and(|e| {
+        e.annotations().get(APPLIED_DIGEST_ANNOTATION) == Some(&digest(desired))
+            && !up_to_date(desired, &digest(desired), Some(e))
+    })
+}
+
 /// `a ⊆ b`: every field of `a` is in `b` with the same value. Lists of
 /// objects that all carry a `name` (containers, env, ports, volumes) are
 /// compared by name, as server-side apply merges them; other lists element by

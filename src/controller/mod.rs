@@ -120,13 +120,15 @@ pub fn main(args: ControllerArgs) -> ExitCode {
         };
         let shutdown = tokio_util::sync::CancellationToken::new();
         tokio::spawn(run::cancel_on_signal(shutdown.clone()));
-        match run(client, settings, shutdown).await {
+        let code = match run(client, settings, shutdown).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 tracing::error!(%error, "controller stopped");
                 ExitCode::from(1)
             }
-        }
+        };
+        crate::telemetry::shutdown();
+        code
     })
 }
 
@@ -159,6 +161,9 @@ pub enum Error {
     /// A rendered object did not serialize.
     #[error(transparent)]
     Render(#[from] RenderError),
+    /// The cached object was older than the server's; try again shortly.
+    #[error("failed to update the object: the cached copy was stale")]
+    Stale,
     /// The finalizer could not be added or removed.
     #[error("failed to manage the finalizer: {0}")]
     Finalizer(String),
@@ -186,6 +191,7 @@ impl Error {
             Error::Start(_) => "start",
             Error::CacheNotReady(_) => "cache_not_ready",
             Error::Finalizer(_) => "finalizer",
+            Error::Stale => "stale",
             Error::Cleanup(_) => "cleanup",
         }
     }
@@ -202,6 +208,7 @@ impl Error {
             Error::Start(_) => "StartFailed",
             Error::CacheNotReady(_) => "CacheNotReady",
             Error::Finalizer(_) => "FinalizerFailed",
+            Error::Stale => "StaleCache",
             Error::Cleanup(_) => "CleanupFailed",
         }
     }

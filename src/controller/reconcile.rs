@@ -43,7 +43,7 @@ pub async fn reconcile(cpi: Arc<ControlPlaneIngress>, ctx: Arc<Context>) -> Resu
     );
     match &result {
         Ok(_) => ctx.backoff.reset(&key(&cpi)),
-        Err(Error::NotLeader) => {}
+        Err(Error::NotLeader | Error::Stale) => {}
         Err(error) => {
             tracing::warn!(object = %render::describe(&cpi), %error, "reconcile failed");
             ctx.event(
@@ -92,6 +92,11 @@ async fn with_finalizer(cpi: Arc<ControlPlaneIngress>, ctx: &Context) -> Result<
     .await
     .map_err(|e| match e {
         finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
+        // The JSON patch's `test` failed: our cached copy was older than the
+        // object (the finalizer is already there). Not worth an Event.
+        finalizer::Error::AddFinalizer(kube::Error::Api(e)) if e.code == 422 || e.code == 409 => {
+            Error::Stale
+        }
         other => Error::Finalizer(other.to_string()),
     })
 }

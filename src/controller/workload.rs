@@ -47,7 +47,11 @@ pub struct Outcome {
 
 /// Workload clients, one per cluster, rebuilt when its kubeconfig changes.
 #[derive(Default)]
-pub struct Clients(Mutex<HashMap<String, (String, Client)>>);
+pub struct Clients {
+    clients: Mutex<HashMap<String, (String, Client)>>,
+    /// Per cluster: the last steering rewrite seen, and when.
+    drift: Mutex<HashMap<String, (std::time::Instant, Vec<String>)>>,
+}
 
 /// Why a workload cluster cannot be reached: a condition reason and message.
 struct Unreachable {
@@ -56,6 +60,27 @@ struct Unreachable {
 }
 
 impl Clients {
+    /// Keep a steering rewrite in the status for `window` after it was last
+    /// seen: an API server's endpoint reconciler rewrites every few seconds and
+    /// we re-steer at once, so a single look would make the condition flap.
+    fn remember_drift(&self, key: &str, drift: Vec<String>, window: Duration) -> Vec<String> {
+        let mut seen = self.drift.lock().expect("drift memory");
+        if !drift.is_empty() {
+            seen.insert(key.to_string(), (std::time::Instant::now(), drift.clone()));
+            return drift;
+        }
+        match seen.get(key) {
+            Some((at, last)) if at.elapsed() < window => {
+                let ago = at.elapsed().as_secs();
+                last.iter().map(|d| format!("{d} ({ago} s ago)")).collect()
+            }
+            _ => {
+                seen.remove(key);
+                Vec::new()
+            }
+        }
+    }
+
     async fn get(
         &self,
         mgmt: &Client,
@@ -84,7 +109,7 @@ impl Clients {
             .map(|b| format!("{b:02x}"))
             .collect();
         let key = format!("{namespace}/{cluster}");
-        if let Some((seen, client)) = self.0.lock().expect("client cache").get(&key)
+        if let Some((seen, client)) = self.clients.lock().expect("client cache").get(&key)
             && *seen == digest
         {
             return Ok(client.clone());
@@ -108,7 +133,7 @@ impl Clients {
         config.default_retry = false;
         let client = Client::try_from(config).map_err(|e| invalid(e.to_string()))?;
         tracing::info!(cluster = %key, "built a workload client from the kubeconfig Secret");
-        self.0
+        self.clients
             .lock()
             .expect("client cache")
             .insert(key, (digest, client.clone()));
@@ -352,13 +377,20 @@ async fn install(
     };
 
     // Steering first looks at what is there: a rewrite by someone else is news.
-    let drift = steering_drift(client, &objects).await?;
+    let service_drift = service_drift(client, &objects).await?;
+    let mut seen = Vec::new();
     for object in objects.to_dynamic().map_err(|e| Unreachable {
         reason: "RenderFailed",
         message: e.to_string(),
     })? {
-        apply_object(ctx, client, object).await?;
+        let was = apply_object(ctx, client, object.clone()).await?;
+        seen.push((object, was));
     }
+    let mut drift = endpoints_drift(&objects, &seen);
+    drift.extend(service_drift);
+    let drift =
+        ctx.workload_clients
+            .remember_drift(&workload_key(cpi), drift, ctx.settings.retry * 10);
     conditions.push(steered(&objects, drift));
     if conditions
         .last()
@@ -466,11 +498,12 @@ fn resource_of(obj: &DynamicObject) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, &types.kind), plural)
 }
 
+/// Apply one object; returns what was there before (what the write was decided on).
 async fn apply_object(
     ctx: &Context,
     client: &Client,
     object: DynamicObject,
-) -> Result<(), Unreachable> {
+) -> Result<Option<DynamicObject>, Unreachable> {
     let resource = resource_of(&object);
     let namespace = object.namespace().unwrap_or_default();
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
@@ -485,58 +518,66 @@ async fn apply_object(
     } else {
         apply::apply(ctx, &api, object, existing.as_ref()).await
     };
-    result.map(drop).map_err(|e| Unreachable {
+    result.map(|_| existing).map_err(|e| Unreachable {
         reason: "ApplyFailed",
         message: e.to_string(),
     })
 }
 
-/// What someone else changed in the steering objects since we applied them.
-async fn steering_drift(
+/// What someone else changed in the `kubernetes` Service (service steering),
+/// read before we re-apply our fields.
+async fn service_drift(
     client: &Client,
     objects: &ProxyObjects,
 ) -> Result<Vec<String>, Unreachable> {
-    let ours = |o: &Option<Endpoints>| {
-        o.as_ref().is_some_and(|e| {
-            e.annotations()
-                .contains_key(apply::APPLIED_DIGEST_ANNOTATION)
-        })
-    };
-    match &objects.steering {
-        SteeringObjects::AdvertiseAddress { .. } => {
-            let endpoints = Api::<Endpoints>::namespaced(client.clone(), "default")
-                .get_opt("kubernetes")
-                .await
-                .map_err(|e| api_error("read Endpoints default/kubernetes", e))?;
-            let slice = Api::<EndpointSlice>::namespaced(client.clone(), "default")
-                .get_opt("kubernetes")
-                .await
-                .map_err(|e| api_error("read EndpointSlice default/kubernetes", e))?;
-            // Before our first apply the API server's own endpoints are simply the starting point.
-            if !ours(&endpoints) {
-                return Ok(Vec::new());
-            }
-            Ok(workload::steering_drift(
-                &objects.steering,
-                endpoints.as_ref(),
-                slice.as_ref(),
-                None,
-            ))
-        }
-        SteeringObjects::Service { .. } => {
-            let service = Api::<Service>::namespaced(client.clone(), "default")
-                .get_opt("kubernetes")
-                .await
-                .map_err(|e| api_error("read Service default/kubernetes", e))?;
-            Ok(workload::steering_drift(
-                &objects.steering,
-                None,
-                None,
-                service.as_ref(),
-            ))
-            .map(|d| if service.is_some() { d } else { Vec::new() })
-        }
+    if !matches!(objects.steering, SteeringObjects::Service { .. }) {
+        return Ok(Vec::new());
     }
+    let service = Api::<Service>::namespaced(client.clone(), "default")
+        .get_opt("kubernetes")
+        .await
+        .map_err(|e| api_error("read Service default/kubernetes", e))?;
+    Ok(match &service {
+        Some(live) => workload::steering_drift(&objects.steering, None, None, Some(live)),
+        None => Vec::new(),
+    })
+}
+
+/// What someone else changed in the Endpoints and EndpointSlice we applied,
+/// from the very objects the apply was decided on (no race with a rewrite).
+fn endpoints_drift(
+    objects: &ProxyObjects,
+    seen: &[(DynamicObject, Option<DynamicObject>)],
+) -> Vec<String> {
+    let rewritten = |kind: &str| {
+        seen.iter()
+            .find(|(want, was)| {
+                want.types.as_ref().is_some_and(|t| t.kind == kind)
+                    && apply::rewritten_by_others(want, was.as_ref())
+            })
+            .and_then(|(_, was)| serde_json::to_value(was.as_ref()?).ok())
+    };
+    let SteeringObjects::AdvertiseAddress {
+        endpoints: wanted_endpoints,
+        endpoint_slice: wanted_slice,
+    } = &objects.steering
+    else {
+        return Vec::new();
+    };
+    let endpoints: Option<Endpoints> =
+        rewritten("Endpoints").and_then(|v| serde_json::from_value(v).ok());
+    let slice: Option<EndpointSlice> =
+        rewritten("EndpointSlice").and_then(|v| serde_json::from_value(v).ok());
+    if endpoints.is_none() && slice.is_none() {
+        return Vec::new();
+    }
+    // What was not rewritten compares as wanted.
+    workload::steering_drift(
+        &objects.steering,
+        Some(endpoints.as_ref().unwrap_or(wanted_endpoints)),
+        Some(slice.as_ref().unwrap_or(wanted_slice)),
+        None,
+    )
 }
 
 fn steered(objects: &ProxyObjects, drift: Vec<String>) -> Desired {

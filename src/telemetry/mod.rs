@@ -1,4 +1,5 @@
-//! Logging set-up shared by every subcommand.
+//! Logging set-up shared by every subcommand, and (cargo feature
+//! `telemetry`) OpenTelemetry trace export over OTLP.
 
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
@@ -17,7 +18,9 @@ pub enum LogFormat {
 pub fn init_logging(format: LogFormat, default_level: &str) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
-    let registry = tracing_subscriber::registry().with(filter);
+    let registry = tracing_subscriber::registry()
+        .with(filter)
+        .with(otlp::layer());
     let result = match format {
         LogFormat::Text => registry
             .with(fmt::layer().with_writer(std::io::stderr))
@@ -36,3 +39,63 @@ pub fn init_logging(format: LogFormat, default_level: &str) {
 }
 
 pub mod admin;
+
+/// Flush and stop trace export (a no-op without the `telemetry` feature).
+pub fn shutdown() {
+    otlp::shutdown();
+}
+
+#[cfg(feature = "telemetry")]
+mod otlp {
+    use std::sync::OnceLock;
+
+    use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry_sdk::trace::SdkTracerProvider;
+
+    static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
+
+    /// The export layer when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (the exporter
+    /// reads it and the other standard `OTEL_*` variables itself).
+    pub fn layer<S>() -> Option<impl tracing_subscriber::Layer<S>>
+    where
+        S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
+    {
+        std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT")?;
+        let exporter = match opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .build()
+        {
+            Ok(exporter) => exporter,
+            Err(error) => {
+                eprintln!("warning: failed to set up OTLP trace export: {error}");
+                return None;
+            }
+        };
+        let resource = opentelemetry_sdk::Resource::builder()
+            .with_service_name("hcp-ingress")
+            .build();
+        let provider = SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(resource)
+            .build();
+        let tracer = provider.tracer("hcp-ingress");
+        let _ = PROVIDER.set(provider);
+        Some(tracing_opentelemetry::layer().with_tracer(tracer))
+    }
+
+    pub fn shutdown() {
+        if let Some(provider) = PROVIDER.get() {
+            let _ = provider.shutdown();
+        }
+    }
+}
+
+#[cfg(not(feature = "telemetry"))]
+mod otlp {
+    /// No export without the `telemetry` feature.
+    pub fn layer() -> Option<tracing_subscriber::layer::Identity> {
+        None
+    }
+
+    pub fn shutdown() {}
+}

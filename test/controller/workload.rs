@@ -358,6 +358,20 @@ async fn endpoints_are_steered_and_an_overwrite_is_detected() {
         message.contains("--endpoint-reconciler-type=none"),
         "{message}"
     );
+    assert!(
+        message.contains("Endpoints default/kubernetes holds") && message.contains("10.0.0.5"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("EndpointSlice"),
+        "only the Endpoints were rewritten: {message}"
+    );
+    // ... and re-steered.
+    eventually("re-steered endpoints", || async {
+        let e = endpoints.get("kubernetes").await.ok()?;
+        (e.subsets.as_ref()?.first()?.addresses.as_ref()?.first()?.ip == "240.0.0.1").then_some(())
+    })
+    .await;
     running.stop().await;
 }
 
