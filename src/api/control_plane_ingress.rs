@@ -316,12 +316,21 @@ pub struct CcmSpec {
     /// Targets; default: the well-known CCM workloads in kube-system.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub targets: Vec<CcmTarget>,
+    /// Also every Deployment and DaemonSet in kube-system carrying these labels.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub selector: BTreeMap<String, String>,
+    /// Point konnectivity-agent at `ingress.konnectivityHost` too
+    /// (`--proxy-server-host/port`); off by default.
+    #[serde(default)]
+    pub konnectivity_agent: bool,
 }
 
 impl Default for CcmSpec {
     fn default() -> Self {
         CcmSpec {
             enabled: true,
+            selector: BTreeMap::new(),
+            konnectivity_agent: false,
             targets: Vec::new(),
         }
     }

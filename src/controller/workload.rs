@@ -625,7 +625,8 @@ async fn configure_ccm(
             "spec.ccm.enabled is false",
         ));
     }
-    let mut patched = Vec::new();
+    let spec = cpi.spec.ccm.clone().unwrap_or_default();
+    let mut found: Vec<(OverrideTarget, DynamicObject)> = Vec::new();
     let mut missing = Vec::new();
     for target in targets {
         let api: Api<DynamicObject> = Api::namespaced_with(
@@ -633,23 +634,58 @@ async fn configure_ccm(
             &target.namespace,
             &target.kind.api_resource(),
         );
-        let live = api.get_opt(&target.name).await.map_err(|e| {
-            api_error(
-                &format!(
-                    "read {} {}/{}",
-                    target.kind.as_str(),
-                    target.namespace,
-                    target.name
-                ),
-                e,
-            )
-        })?;
-        let Some(live) = live else {
-            if !target.well_known {
-                missing.push(describe(&target));
+        let live = api
+            .get_opt(&target.name)
+            .await
+            .map_err(|e| api_error(&format!("read {}", describe(&target)), e))?;
+        match live {
+            Some(live) => found.push((target, live)),
+            None if !target.well_known => missing.push(describe(&target)),
+            None => {}
+        }
+    }
+    // Selected by label: every Deployment and DaemonSet in kube-system that carries them.
+    if !spec.selector.is_empty() {
+        let labels: Vec<String> = spec
+            .selector
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let params = kube::api::ListParams::default().labels(&labels.join(","));
+        for kind in [ccm::WorkloadKind::Deployment, ccm::WorkloadKind::DaemonSet] {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), ccm::CCM_NAMESPACE, &kind.api_resource());
+            let list = api.list(&params).await.map_err(|e| {
+                api_error(
+                    &format!("list {}s selected by spec.ccm.selector", kind.as_str()),
+                    e,
+                )
+            })?;
+            for live in list {
+                if found
+                    .iter()
+                    .any(|(t, _)| t.kind == kind && t.name == live.name_any())
+                {
+                    continue;
+                }
+                let target = OverrideTarget {
+                    kind,
+                    namespace: ccm::CCM_NAMESPACE.to_string(),
+                    name: live.name_any(),
+                    containers: Vec::new(),
+                    well_known: false,
+                };
+                found.push((target, live));
             }
-            continue;
-        };
+        }
+    }
+    let mut patched = Vec::new();
+    for (target, live) in found {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            &target.namespace,
+            &target.kind.api_resource(),
+        );
         let containers = if target.containers.is_empty() {
             container_names(&live)
         } else {
@@ -674,6 +710,12 @@ async fn configure_ccm(
             containers.join(", ")
         ));
     }
+    if spec.konnectivity_agent {
+        match configure_konnectivity_agent(ctx, cpi, client).await? {
+            Ok(done) => patched.push(done),
+            Err(problem) => missing.push(problem),
+        }
+    }
     let [(_, host), (_, port)] = ccm::service_host_env(cpi);
     Ok(if !missing.is_empty() {
         Desired::failed(
@@ -697,6 +739,64 @@ async fn configure_ccm(
             ),
         )
     })
+}
+
+/// Point konnectivity-agent at `ingress.konnectivityHost:port` (`--proxy-server-host/port`).
+/// Ok(Ok(what was done)) or Ok(Err(what is missing)).
+async fn configure_konnectivity_agent(
+    ctx: &Context,
+    cpi: &ControlPlaneIngress,
+    client: &Client,
+) -> Result<Result<String, String>, Unreachable> {
+    let agent = ccm::KONNECTIVITY_AGENT;
+    let Some((host, port)) = ccm::konnectivity_server(cpi) else {
+        return Ok(Err(
+            "spec.ccm.konnectivityAgent needs spec.ingress.konnectivityHost".into(),
+        ));
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ccm::CCM_NAMESPACE,
+        &agent.kind.api_resource(),
+    );
+    let what = format!(
+        "{} {}/{}",
+        agent.kind.as_str(),
+        ccm::CCM_NAMESPACE,
+        agent.name
+    );
+    let Some(live) = api
+        .get_opt(agent.name)
+        .await
+        .map_err(|e| api_error(&format!("read {what}"), e))?
+    else {
+        return Ok(Err(what));
+    };
+    let Some(container) = live.data.pointer("/spec/template/spec/containers/0") else {
+        return Ok(Err(format!("{what} has no container")));
+    };
+    let name = container["name"].as_str().unwrap_or_default().to_string();
+    let current: Vec<String> = container["args"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    let args = ccm::konnectivity_agent_args(&current, &host, port);
+    // `args` is an atomic list: we apply the whole list, the other flags kept as they were.
+    let patch =
+        ccm::konnectivity_agent_patch(agent.kind, ccm::CCM_NAMESPACE, agent.name, &name, &args);
+    apply::apply_fields(ctx, &api, patch, Some(&live))
+        .await
+        .map_err(|e| Unreachable {
+            reason: "ApplyFailed",
+            message: e.to_string(),
+        })?;
+    Ok(Ok(format!(
+        "{what} (--proxy-server-host={host} --proxy-server-port={port})"
+    )))
 }
 
 fn describe(target: &OverrideTarget) -> String {

@@ -627,3 +627,80 @@ async fn deletion_removes_only_what_we_installed() {
     );
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ccm_selected_by_label_and_the_konnectivity_agent_when_asked() {
+    let m = management(&[]).await;
+    let w = workload_cluster().await;
+    connect(&m, &w).await;
+    let wc = w.client();
+    let custom = json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "my-cloud-ccm", "namespace": "kube-system", "labels": {"component": "cloud-controller-manager"}},
+        "spec": {"selector": {"matchLabels": {"app": "my-ccm"}}, "template": {"metadata": {"labels": {"app": "my-ccm"}},
+            "spec": {"containers": [{"name": "manager", "image": "example/ccm:v1"}]}}}});
+    Api::<DaemonSet>::namespaced(wc.clone(), "kube-system")
+        .patch(
+            "my-cloud-ccm",
+            &PatchParams::apply("vendor"),
+            &Patch::Apply(&custom),
+        )
+        .await
+        .unwrap();
+    let agent = json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "konnectivity-agent", "namespace": "kube-system"},
+        "spec": {"selector": {"matchLabels": {"app": "konn"}}, "template": {"metadata": {"labels": {"app": "konn"}},
+            "spec": {"containers": [{"name": "konnectivity-agent", "image": "example/agent:v1",
+                "args": ["--logtostderr=true", "--proxy-server-host=10.0.0.5", "--proxy-server-port=8132"]}]}}}});
+    Api::<DaemonSet>::namespaced(wc.clone(), "kube-system")
+        .patch(
+            "konnectivity-agent",
+            &PatchParams::apply("k0s"),
+            &Patch::Apply(&agent),
+        )
+        .await
+        .unwrap();
+    let mut object = cpi(json!({}));
+    object["spec"]["ingress"]["konnectivityHost"] = json!("konn.wl.example.com");
+    object["spec"]["backend"]["konnectivityPort"] = json!(30132);
+    object["spec"]["ccm"] =
+        json!({"selector": {"component": "cloud-controller-manager"}, "konnectivityAgent": true});
+    let running = start(m.client.clone());
+    apply_value(&m.client, object).await;
+
+    let daemon_sets: Api<DaemonSet> = Api::namespaced(wc.clone(), "kube-system");
+    let selected = eventually("env on the selected CCM", || async {
+        let d = daemon_sets.get("my-cloud-ccm").await.ok()?;
+        let env = d.spec?.template.spec?.containers[0].env.clone()?;
+        env.iter()
+            .any(|e| e.name == "KUBERNETES_SERVICE_HOST")
+            .then_some(env)
+    })
+    .await;
+    assert!(
+        selected.iter().any(|e| e.name == "KUBERNETES_SERVICE_HOST"
+            && e.value.as_deref() == Some("api.wl.example.com"))
+    );
+    let args = eventually("konnectivity-agent args", || async {
+        let d = daemon_sets.get("konnectivity-agent").await.ok()?;
+        let args = d.spec?.template.spec?.containers[0].args.clone()?;
+        args.contains(&"--proxy-server-host=konn.wl.example.com".to_string())
+            .then_some(args)
+    })
+    .await;
+    assert!(
+        args.contains(&"--proxy-server-port=443".to_string()),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--logtostderr=true".to_string()),
+        "other flags stay: {args:?}"
+    );
+    assert!(!args.iter().any(|a| a.contains("10.0.0.5")), "{args:?}");
+    let (_, message) = wait_condition(&m.client, CLUSTER, "CCMConfigured", "True").await;
+    assert!(
+        message.contains("DaemonSet kube-system/my-cloud-ccm")
+            && message.contains("konnectivity-agent"),
+        "{message}"
+    );
+    running.stop().await;
+}
