@@ -210,81 +210,23 @@ fn mark(shared: &Shared, b: &Backend, healthy: bool) {
     }
 }
 
-/// Try every address in balance order; the first that connects wins.
-async fn connect_l4(
+/// Try every address in balance order; the first whose `attempt` succeeds
+/// within the connect timeout wins. Failures are counted by stage (`refused`,
+/// `connect`, `tls`, `timeout`) and mark the address down; nothing has been
+/// forwarded yet, so the next address is safe to try.
+async fn with_failover<T, F, Fut>(
     shared: &Shared,
     state: &State,
-    path: Path,
-    hello: &[u8],
-    client: SocketAddr,
-    local: SocketAddr,
-) -> Option<(TcpStream, ActiveGuard)> {
+    mut attempt: F,
+) -> Option<(T, ActiveGuard)>
+where
+    F: FnMut(SocketAddr) -> Fut,
+    Fut: std::future::Future<Output = Result<T, (&'static str, io::Error)>>,
+{
     let cfg = &state.cfg;
     let started = Instant::now();
     for b in shared.pool.attempt_order(cfg.upstream.balance) {
-        let first = if path == Path::ProxyProtocol {
-            let mut h = proxy_protocol::header(client, local, &cfg.upstream.server_name);
-            h.extend_from_slice(hello);
-            h
-        } else {
-            hello.to_vec()
-        };
-        match timeout(
-            cfg.timeouts.connect,
-            dial(b.addr, cfg.timeouts.tcp_keepalive, &first),
-        )
-        .await
-        {
-            Ok(Ok(s)) => {
-                shared
-                    .metrics
-                    .connect_seconds
-                    .observe(started.elapsed().as_secs_f64());
-                mark(shared, &b, true);
-                return Some((s, ActiveGuard::new(b)));
-            }
-            Ok(Err(e)) => {
-                debug!(upstream = %b.addr, error = %e, "failed to connect upstream");
-                shared
-                    .metrics
-                    .upstream_error(if e.kind() == io::ErrorKind::ConnectionRefused {
-                        "refused"
-                    } else {
-                        "connect"
-                    });
-                mark(shared, &b, false);
-            }
-            Err(_) => {
-                shared.metrics.upstream_error("timeout");
-                mark(shared, &b, false);
-            }
-        }
-    }
-    shared.metrics.upstream_error("exhausted");
-    None
-}
-
-/// Reencrypt: TCP + TLS to the upstream with the client's ALPN offer.
-async fn connect_tls(
-    shared: &Shared,
-    state: &State,
-    alpn: &[Vec<u8>],
-) -> Option<(TlsStream<TcpStream>, ActiveGuard)> {
-    let cfg = &state.cfg;
-    let started = Instant::now();
-    let connector = TlsConnector::from(state.tls.client_for(alpn));
-    let name = ServerName::try_from(cfg.upstream.server_name.clone()).ok()?;
-    for b in shared.pool.attempt_order(cfg.upstream.balance) {
-        let attempt = async {
-            let s = dial(b.addr, cfg.timeouts.tcp_keepalive, &[])
-                .await
-                .map_err(|e| ("connect", e))?;
-            connector
-                .connect(name.clone(), s)
-                .await
-                .map_err(|e| ("tls", e))
-        };
-        match timeout(cfg.timeouts.connect, attempt).await {
+        match timeout(cfg.timeouts.connect, attempt(b.addr)).await {
             Ok(Ok(s)) => {
                 shared
                     .metrics
@@ -311,6 +253,54 @@ async fn connect_tls(
     }
     shared.metrics.upstream_error("exhausted");
     None
+}
+
+/// L4 (passthrough, proxy-protocol): TCP, then the buffered ClientHello
+/// (behind a PROXY v2 header in proxy-protocol mode).
+async fn connect_l4(
+    shared: &Shared,
+    state: &State,
+    path: Path,
+    hello: &[u8],
+    client: SocketAddr,
+    local: SocketAddr,
+) -> Option<(TcpStream, ActiveGuard)> {
+    let cfg = &state.cfg;
+    let first = if path == Path::ProxyProtocol {
+        let mut h = proxy_protocol::header(client, local, &cfg.upstream.server_name);
+        h.extend_from_slice(hello);
+        h
+    } else {
+        hello.to_vec()
+    };
+    let first = &first;
+    with_failover(shared, state, |addr| async move {
+        dial(addr, cfg.timeouts.tcp_keepalive, first)
+            .await
+            .map_err(|e| ("connect", e))
+    })
+    .await
+}
+
+/// Reencrypt: TCP + TLS to the upstream with the client's ALPN offer.
+async fn connect_tls(
+    shared: &Shared,
+    state: &State,
+    alpn: &[Vec<u8>],
+) -> Option<(TlsStream<TcpStream>, ActiveGuard)> {
+    let cfg = &state.cfg;
+    let connector = &TlsConnector::from(state.tls.client_for(alpn));
+    let name = &ServerName::try_from(cfg.upstream.server_name.clone()).ok()?;
+    with_failover(shared, state, |addr| async move {
+        let s = dial(addr, cfg.timeouts.tcp_keepalive, &[])
+            .await
+            .map_err(|e| ("connect", e))?;
+        connector
+            .connect(name.clone(), s)
+            .await
+            .map_err(|e| ("tls", e))
+    })
+    .await
 }
 
 /// Decrements the active gauge of a path on drop.
