@@ -161,6 +161,21 @@ where
     .await
 }
 
+/// Whether `namespace/name` of kind `K` exists.
+async fn exists<K>((client, namespace, name): (Client, &str, &str)) -> bool
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    Api::<K>::namespaced(client, namespace)
+        .get_opt(name)
+        .await
+        .unwrap()
+        .is_some()
+}
+
 fn ca() -> CertificateAuthority {
     CertificateAuthority::from_pem(CA_CRT, CA_KEY).unwrap()
 }
@@ -559,56 +574,30 @@ async fn deletion_removes_only_what_we_installed() {
             .then_some(())
     })
     .await;
-    for (kind, gone) in [
-        (
-            "DaemonSet",
-            daemon_sets
-                .get_opt("hcp-ingress-proxy")
-                .await
-                .unwrap()
-                .is_none(),
-        ),
-        (
-            "ConfigMap",
-            Api::<ConfigMap>::namespaced(w.client(), "kube-system")
-                .get_opt("hcp-ingress-proxy")
-                .await
-                .unwrap()
-                .is_none(),
-        ),
-        (
-            "Secret",
-            Api::<Secret>::namespaced(w.client(), "kube-system")
-                .get_opt("hcp-ingress-proxy")
-                .await
-                .unwrap()
-                .is_none(),
-        ),
-    ] {
-        assert!(gone, "{kind} hcp-ingress-proxy must be removed");
-    }
+    let wc = w.client();
+    let in_kube_system = |name: &'static str| (wc.clone(), "kube-system", name);
     assert!(
-        Api::<ConfigMap>::namespaced(w.client(), "kube-system")
-            .get_opt("coredns")
-            .await
-            .unwrap()
-            .is_some()
+        !exists::<DaemonSet>(in_kube_system("hcp-ingress-proxy")).await,
+        "DaemonSet hcp-ingress-proxy must be removed"
     );
     assert!(
-        Api::<Deployment>::namespaced(w.client(), "kube-system")
-            .get_opt("cloud-controller-manager")
-            .await
-            .unwrap()
-            .is_some()
+        !exists::<ConfigMap>(in_kube_system("hcp-ingress-proxy")).await,
+        "ConfigMap hcp-ingress-proxy must be removed"
+    );
+    assert!(
+        !exists::<Secret>(in_kube_system("hcp-ingress-proxy")).await,
+        "Secret hcp-ingress-proxy must be removed"
+    );
+    assert!(
+        exists::<ConfigMap>(in_kube_system("coredns")).await,
+        "someone else's ConfigMap stays"
+    );
+    assert!(
+        exists::<Deployment>(in_kube_system("cloud-controller-manager")).await,
+        "the CCM stays"
     );
     // The endpoints stay (deleting them would cut the in-cluster API path) and an Event says so.
-    assert!(
-        Api::<Endpoints>::namespaced(w.client(), "default")
-            .get_opt("kubernetes")
-            .await
-            .unwrap()
-            .is_some()
-    );
+    assert!(exists::<Endpoints>((wc.clone(), "default", "kubernetes")).await);
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(m.client.clone(), NS);
     let note = eventually("clean-up event", || async {
         events
