@@ -10,6 +10,7 @@ mod leader;
 mod metrics;
 mod probe;
 mod reconcile;
+mod redact;
 mod run;
 mod sources;
 pub mod status;

@@ -23,7 +23,7 @@ use kube::{
 use md5::{Digest, Md5};
 
 use super::{
-    Context, apply,
+    Context, apply, redact,
     status::{Desired, types},
 };
 use crate::{
@@ -120,18 +120,21 @@ impl Clients {
         };
         let text =
             String::from_utf8(value.0).map_err(|_| invalid("`value` is not UTF-8".into()))?;
-        let kubeconfig = Kubeconfig::from_yaml(&text).map_err(|e| invalid(e.to_string()))?;
+        // Parser messages quote the kubeconfig: scrub them before they are shown.
+        let kubeconfig = Kubeconfig::from_yaml(&text)
+            .map_err(|e| invalid(redact::scrub(&e.to_string(), &text)))?;
         let mut config =
             kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
                 .await
-                .map_err(|e| invalid(e.to_string()))?;
+                .map_err(|e| invalid(redact::scrub(&e.to_string(), &text)))?;
         // An unreachable cluster must cost a bounded time, not a reconcile slot for minutes.
         config.connect_timeout = Some(Duration::from_secs(5));
         config.read_timeout = Some(Duration::from_secs(15));
         // kube retries 503s up to 15 times with growing delays; this controller
         // has its own per-cluster backoff and must report the failure promptly.
         config.default_retry = false;
-        let client = Client::try_from(config).map_err(|e| invalid(e.to_string()))?;
+        let client =
+            Client::try_from(config).map_err(|e| invalid(redact::scrub(&e.to_string(), &text)))?;
         tracing::info!(cluster = %key, "built a workload client from the kubeconfig Secret");
         self.clients
             .lock()
@@ -474,8 +477,13 @@ async fn cluster_ca(
             .and_then(|b| String::from_utf8(b.0.clone()).ok())
             .ok_or_else(|| format!("Secret {namespace}/{name} has no {key}"))
     };
-    CertificateAuthority::from_pem(&field("tls.crt")?, &field("tls.key")?)
-        .map_err(|e| format!("Secret {namespace}/{name}: {e}"))
+    let key = field("tls.key")?;
+    CertificateAuthority::from_pem(&field("tls.crt")?, &key).map_err(|e| {
+        format!(
+            "Secret {namespace}/{name}: {}",
+            redact::scrub(&e.to_string(), &key)
+        )
+    })
 }
 
 /// The plural of each kind the workload side writes.

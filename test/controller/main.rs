@@ -4,4 +4,5 @@
 
 mod harness;
 mod management;
+mod secrets;
 mod workload;

@@ -25,12 +25,12 @@ use serde_json::{Value, json};
 use crate::harness::*;
 
 const CLUSTER: &str = "wl";
-const CA_CRT: &str = include_str!("../workload/fixtures/ca.crt");
-const CA_KEY: &str = include_str!("../workload/fixtures/ca.key");
+pub(crate) const CA_CRT: &str = include_str!("../workload/fixtures/ca.crt");
+pub(crate) const CA_KEY: &str = include_str!("../workload/fixtures/ca.key");
 
 /// A workload cluster as the API server leaves it: namespaces, the
 /// `kubernetes` Service and its endpoints, and a cloud-controller-manager.
-async fn workload_cluster() -> TestApi {
+pub(crate) async fn workload_cluster() -> TestApi {
     let api = TestApi::start().await;
     let client = api.client();
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -73,25 +73,7 @@ async fn workload_cluster() -> TestApi {
 
 /// Management side for `CLUSTER`: its Cluster (initialized), kubeconfig and CA Secrets.
 async fn connect(m: &Management, workload: &TestApi) {
-    let cluster = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-        "metadata": {"name": CLUSTER, "namespace": NS}, "spec": {"paused": false}});
-    apply_value(&m.client, cluster).await;
-    let clusters = kube::Api::<kube::api::DynamicObject>::namespaced_with(
-        m.client.clone(),
-        NS,
-        &kube::api::ApiResource::from_gvk_with_plural(
-            &kube::api::GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Cluster"),
-            "clusters",
-        ),
-    );
-    clusters
-        .patch_status(
-            CLUSTER,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"initialization": {"controlPlaneInitialized": true}}})),
-        )
-        .await
-        .unwrap();
+    initialized_cluster(m, CLUSTER).await;
     put_secret(
         &m.client,
         &format!("{CLUSTER}-kubeconfig"),
@@ -116,7 +98,34 @@ async fn connect(m: &Management, workload: &TestApi) {
     .await;
 }
 
-async fn put_secret<const N: usize>(client: &Client, name: &str, data: [(&str, String); N]) {
+/// A CAPI Cluster `name` whose control plane is initialized.
+pub(crate) async fn initialized_cluster(m: &Management, name: &str) {
+    let cluster = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": name, "namespace": NS}, "spec": {"paused": false}});
+    apply_value(&m.client, cluster).await;
+    let clusters = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+        m.client.clone(),
+        NS,
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Cluster"),
+            "clusters",
+        ),
+    );
+    clusters
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"initialization": {"controlPlaneInitialized": true}}})),
+        )
+        .await
+        .unwrap();
+}
+
+pub(crate) async fn put_secret<const N: usize>(
+    client: &Client,
+    name: &str,
+    data: [(&str, String); N],
+) {
     let data: BTreeMap<String, ByteString> = data
         .into_iter()
         .map(|(k, v)| (k.to_string(), ByteString(v.into_bytes())))
