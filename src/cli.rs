@@ -10,7 +10,6 @@ use std::{
 };
 
 use kube::{CustomResourceExt, api::DynamicObject};
-use serde::Deserialize;
 
 use crate::{
     api::ControlPlaneIngress,
@@ -83,7 +82,10 @@ pub enum CliError {
         path: String,
         source: std::io::Error,
     },
-    /// A document is not YAML, or not an object with apiVersion and kind.
+    /// The input is not YAML.
+    #[error("{path}: failed to parse YAML: {message}")]
+    Yaml { path: String, message: String },
+    /// A document is not an object with apiVersion and kind.
     #[error("{path}: document {index}: failed to parse: {message}")]
     Parse {
         path: String,
@@ -192,7 +194,7 @@ pub fn crd() -> ExitCode {
 
 /// The ControlPlaneIngress CRD as YAML (the content of `config/crd/bases/`).
 pub fn crd_yaml() -> String {
-    serde_yaml_ng::to_string(&ControlPlaneIngress::crd()).expect("a CRD serializes to YAML")
+    serde_saphyr::to_string(&ControlPlaneIngress::crd()).expect("a CRD serializes to YAML")
 }
 
 fn read_input(file: &PathBuf) -> Result<(String, String), CliError> {
@@ -247,15 +249,18 @@ fn control_plane_ingresses(
     text: &str,
 ) -> Result<Vec<(ControlPlaneIngress, bool)>, CliError> {
     let mut cpis = Vec::new();
-    for (index, document) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+    let documents: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(text).map_err(|e| CliError::Yaml {
+            path: path.to_string(),
+            message: e.to_string(),
+        })?;
+    for (index, value) in documents.into_iter().enumerate() {
         let index = index + 1;
         let parse_error = |message: String| CliError::Parse {
             path: path.to_string(),
             index,
             message,
         };
-        let value =
-            serde_json::Value::deserialize(document).map_err(|e| parse_error(e.to_string()))?;
         if value.is_null() {
             continue; // empty document (`---` at the end)
         }
@@ -319,7 +324,7 @@ fn to_yaml_stream(objects: &[serde_json::Value]) -> String {
         .map(|o| {
             format!(
                 "---\n{}",
-                serde_yaml_ng::to_string(o).expect("JSON values serialize to YAML")
+                serde_saphyr::to_string(o).expect("JSON values serialize to YAML")
             )
         })
         .collect()

@@ -363,7 +363,7 @@ pub fn parse(text: &str) -> Result<RawConfig, ConfigError> {
     if text.trim().is_empty() {
         return Ok(RawConfig::default());
     }
-    serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))
+    serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))
 }
 
 /// Read, parse and validate a config file.

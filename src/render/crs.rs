@@ -176,7 +176,7 @@ fn yaml_stream<T: serde::Serialize>(objects: &[T]) -> String {
         .map(|o| {
             format!(
                 "---\n{}",
-                serde_yaml_ng::to_string(o).expect("objects serialize to YAML")
+                serde_saphyr::to_string(o).expect("objects serialize to YAML")
             )
         })
         .collect()

@@ -37,7 +37,7 @@ pub async fn management(except: &[&str]) -> Management {
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
         }
     }
-    let ours: Value = serde_yaml_ng::from_str(&crd_yaml()).unwrap();
+    let ours: Value = serde_saphyr::from_str(&crd_yaml()).unwrap();
     api.add_crd(ours).unwrap();
     let client = api.client();
     let namespaces: Api<Namespace> = Api::all(client.clone());

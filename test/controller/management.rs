@@ -51,7 +51,7 @@ async fn wait_gone(client: &kube::Client, kind: RouteKind, name: &str) {
 }
 
 fn strip_uid(text: &str) -> Value {
-    let mut value: Value = serde_yaml_ng::from_str(text).unwrap();
+    let mut value: Value = serde_saphyr::from_str(text).unwrap();
     value["metadata"].as_object_mut().unwrap().remove("uid");
     value
 }
@@ -130,7 +130,7 @@ async fn each_source_kind_becomes_a_control_plane_ingress_and_its_route() {
             .find(|o| o.controller == Some(true))
             .cloned()
             .expect("owned by its source");
-        let source_kind = serde_yaml_ng::from_str::<Value>(&example(file)).unwrap()["kind"]
+        let source_kind = serde_saphyr::from_str::<Value>(&example(file)).unwrap()["kind"]
             .as_str()
             .unwrap()
             .to_string();

@@ -23,7 +23,7 @@ fn committed_crd_matches_the_types() {
 
 #[test]
 fn crd_has_the_names_columns_and_subresources_kubectl_shows() {
-    let crd: serde_json::Value = serde_yaml_ng::from_str(&crd_yaml()).unwrap();
+    let crd: serde_json::Value = serde_saphyr::from_str(&crd_yaml()).unwrap();
     let spec = &crd["spec"];
     assert_eq!(spec["group"], "hcp-ingress.dev");
     assert_eq!(spec["scope"], "Namespaced");

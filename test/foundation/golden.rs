@@ -23,7 +23,7 @@ fn every_input_renders_its_golden_output() {
         let actual: String = rendered
             .objects
             .iter()
-            .map(|o| format!("---\n{}", serde_yaml_ng::to_string(o).unwrap()))
+            .map(|o| format!("---\n{}", serde_saphyr::to_string(o).unwrap()))
             .collect();
         let path = golden_path(&input);
         if update {

@@ -38,9 +38,9 @@ pub fn inputs() -> Vec<PathBuf> {
 
 /// Parse a multi-document YAML file into JSON values.
 pub fn documents(text: &str) -> Vec<serde_json::Value> {
-    use serde::Deserialize;
-    serde_yaml_ng::Deserializer::from_str(text)
-        .map(|d| serde_json::Value::deserialize(d).expect("valid YAML"))
+    serde_saphyr::from_multiple::<serde_json::Value>(text)
+        .expect("valid YAML")
+        .into_iter()
         .filter(|v| !v.is_null())
         .collect()
 }

@@ -45,9 +45,11 @@ fn run_release_script(out: &Path, env: &[(&str, &str)]) -> (bool, String) {
     )
 }
 
+/// A folder of this test process: nextest runs each test in its own process,
+/// and a shared folder would be rewritten under a test that is reading it.
 fn out_dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("release")
+        .join(format!("release-{}", std::process::id()))
         .join(name)
 }
 
@@ -358,7 +360,7 @@ fn crd_carries_the_clusterctl_labels_and_the_generated_schema() {
         labels[&contract_label], "v1alpha1",
         "CRD label {contract_label}"
     );
-    let generated: Value = serde_yaml_ng::from_str(&hcp_ingress::cli::crd_yaml()).unwrap();
+    let generated: Value = serde_saphyr::from_str(&hcp_ingress::cli::crd_yaml()).unwrap();
     assert_eq!(crd["metadata"]["name"], generated["metadata"]["name"]);
     assert!(
         canonical(&crd["spec"]) == canonical(&generated["spec"]),
@@ -699,8 +701,8 @@ fn round_trips<T: serde::de::DeserializeOwned + serde::Serialize>(
             "{}: fields were lost or changed in a typed round trip (misspelled or misplaced field?):\n{}",
             describe(obj),
             pretty_assertions::StrComparison::new(
-                &serde_yaml_ng::to_string(&canonical(obj)).unwrap(),
-                &serde_yaml_ng::to_string(&canonical(&back)).unwrap()
+                &serde_saphyr::to_string(&canonical(obj)).unwrap(),
+                &serde_saphyr::to_string(&canonical(&back)).unwrap()
             )
         ))
     }

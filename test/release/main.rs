@@ -21,9 +21,9 @@ pub fn root() -> &'static Path {
 
 /// Parse a multi-document YAML text into JSON values (empty documents dropped).
 pub fn documents(text: &str) -> Vec<Value> {
-    use serde::Deserialize;
-    serde_yaml_ng::Deserializer::from_str(text)
-        .map(|d| Value::deserialize(d).unwrap_or_else(|e| panic!("invalid YAML: {e}")))
+    serde_saphyr::from_multiple::<Value>(text)
+        .unwrap_or_else(|e| panic!("invalid YAML: {e}"))
+        .into_iter()
         .filter(|v| !v.is_null())
         .collect()
 }
@@ -31,7 +31,7 @@ pub fn documents(text: &str) -> Vec<Value> {
 /// Parse one YAML file into a JSON value.
 pub fn yaml_file(path: &Path) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// `kind namespace/name` of an object, for messages.

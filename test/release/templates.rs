@@ -154,7 +154,7 @@ fn values_schema_refuses_bad_values() {
 /// ControlPlaneIngress `spec.ingress` fields plus `enabled`.
 #[test]
 fn ingress_values_have_the_seed_field_names() {
-    let crd: Value = serde_yaml_ng::from_str(&hcp_ingress::cli::crd_yaml()).unwrap();
+    let crd: Value = serde_saphyr::from_str(&hcp_ingress::cli::crd_yaml()).unwrap();
     let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
     let keys = |v: &Value| -> BTreeSet<String> { v.as_object().unwrap().keys().cloned().collect() };
     let mut want = keys(&spec["ingress"]["properties"]);

@@ -6,7 +6,6 @@ use crdschema::{Crd, Options};
 use hcp_ingress::render::crs::{
     CLUSTER_SELECTOR_LABEL, OBJECTS_KEY, RESOURCE_SET_SECRET_TYPE, SECRET_KEY,
 };
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::{fixture, object, render, root, secret_text};
@@ -25,8 +24,9 @@ fn crd() -> Crd {
 }
 
 fn documents(text: &str) -> Vec<Value> {
-    serde_yaml_ng::Deserializer::from_str(text)
-        .map(|d| Value::deserialize(d).unwrap())
+    serde_saphyr::from_multiple::<Value>(text)
+        .unwrap()
+        .into_iter()
         .filter(|v| !v.is_null())
         .collect()
 }

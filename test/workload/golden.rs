@@ -26,12 +26,7 @@ fn mask_minted(mut obj: Value) -> Value {
 fn check(name: &str, objects: Vec<Value>, mismatches: &mut Vec<String>) {
     let actual: String = objects
         .into_iter()
-        .map(|o| {
-            format!(
-                "---\n{}",
-                serde_yaml_ng::to_string(&mask_minted(o)).unwrap()
-            )
-        })
+        .map(|o| format!("---\n{}", serde_saphyr::to_string(&mask_minted(o)).unwrap()))
         .collect();
     let path = root().join("test/workload/golden").join(name);
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
@@ -73,7 +68,7 @@ fn goldens_cover_both_steerings_and_two_modes() {
         for obj in render(&input, false).objects {
             if obj["kind"] == "ConfigMap" {
                 let config: Value =
-                    serde_yaml_ng::from_str(obj["data"]["config.yaml"].as_str().unwrap()).unwrap();
+                    serde_saphyr::from_str(obj["data"]["config.yaml"].as_str().unwrap()).unwrap();
                 seen.insert(config["mode"].as_str().unwrap().to_string());
             }
             match obj["kind"].as_str().unwrap() {

@@ -69,7 +69,7 @@ pub fn proxy_capabilities(spec: &ProxySpec, port: u16) -> Vec<&'static str> {
 /// The proxy config file (`hcp-ingress proxy --config`) as YAML.
 pub fn proxy_config(cpi: &ControlPlaneIngress, inputs: &WorkloadInputs) -> String {
     let value = config_value(cpi, inputs);
-    let yaml = serde_yaml_ng::to_string(&value).expect("JSON values serialize to YAML");
+    let yaml = serde_saphyr::to_string(&value).expect("JSON values serialize to YAML");
     format!(
         "# Written by hcp-ingress for ControlPlaneIngress {}; edits are overwritten.\n{yaml}",
         cpi_name(cpi)

@@ -602,7 +602,7 @@ async fn serve(args: &Args) -> Result<(), String> {
     .await
     .map_err(|e| format!("failed to start memkube: {e}"))?;
     load_schemas(&api, &args.schemas)?;
-    let ours: Value = serde_yaml_ng::from_str(&hcp_ingress::cli::crd_yaml())
+    let ours: Value = serde_saphyr::from_str(&hcp_ingress::cli::crd_yaml())
         .map_err(|e| format!("our CRD does not parse: {e}"))?;
     api.add_crd(ours)
         .map_err(|e| format!("failed to add our CRD: {e}"))?;

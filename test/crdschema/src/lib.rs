@@ -96,7 +96,7 @@ pub enum Error {
     },
     /// The text is not valid YAML.
     #[error("failed to parse yaml: {0}")]
-    Yaml(#[from] serde_yaml_ng::Error),
+    Yaml(#[from] serde_saphyr::Error),
     /// A YAML document could not be turned into JSON.
     #[error("failed to convert yaml to json: {0}")]
     Json(#[from] serde_json::Error),
@@ -224,7 +224,7 @@ fn str_at<'a>(v: &'a Value, ptr: &str) -> Result<&'a str, Error> {
 impl Crd {
     /// Parse one CRD YAML document.
     pub fn from_yaml(text: &str) -> Result<Crd, Error> {
-        let v: Value = serde_yaml_ng::from_str(text)?;
+        let v: Value = serde_saphyr::from_str(text)?;
         Crd::from_value(v)
     }
 
@@ -446,10 +446,8 @@ pub fn load_file(path: &Path) -> Result<Vec<Crd>, Error> {
 
 /// Load every CRD document from multi-document YAML text (empty documents skipped).
 pub fn load_str(text: &str) -> Result<Vec<Crd>, Error> {
-    use serde::Deserialize;
     let mut out = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(text) {
-        let v = Value::deserialize(doc)?;
+    for v in serde_saphyr::from_multiple::<Value>(text)? {
         if v.is_null() {
             continue;
         }

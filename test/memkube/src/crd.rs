@@ -223,11 +223,11 @@ pub fn read_crds(path: &Path) -> Result<Vec<Value>, Error> {
             path: f.display().to_string(),
             source,
         })?;
-        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-            let v: Value = serde::Deserialize::deserialize(doc).map_err(|e| Error::Parse {
-                path: f.display().to_string(),
-                message: e.to_string(),
-            })?;
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&text).map_err(|e| Error::Parse {
+            path: f.display().to_string(),
+            message: e.to_string(),
+        })?;
+        for v in docs {
             if v.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition") {
                 out.push(v);
             }

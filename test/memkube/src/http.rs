@@ -398,7 +398,7 @@ impl Ctx<'_> {
             return Err(ApiError::unsupported_media_type(self.content_type));
         }
         if self.content_type.contains("yaml") {
-            return serde_yaml_ng::from_slice(body).map_err(|e| {
+            return serde_saphyr::from_slice(body).map_err(|e| {
                 ApiError::bad_request(format!("failed to decode the YAML body: {e}"))
             });
         }

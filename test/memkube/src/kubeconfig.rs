@@ -41,14 +41,14 @@ mod tests {
     #[test]
     fn kubeconfig_is_valid_yaml_with_the_server_url() {
         let y = super::render("mgmt", "http://127.0.0.1:1234", None);
-        let v: serde_json::Value = serde_yaml_ng::from_str(&y).unwrap();
+        let v: serde_json::Value = serde_saphyr::from_str(&y).unwrap();
         assert_eq!(
             v["clusters"][0]["cluster"]["server"],
             "http://127.0.0.1:1234"
         );
         assert_eq!(v["current-context"], "mgmt");
         let y = super::render("mgmt", "https://127.0.0.1:1234", Some("PEM"));
-        let v: serde_json::Value = serde_yaml_ng::from_str(&y).unwrap();
+        let v: serde_json::Value = serde_saphyr::from_str(&y).unwrap();
         assert_eq!(
             v["clusters"][0]["cluster"]["certificate-authority-data"],
             "UEVN"

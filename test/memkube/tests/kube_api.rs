@@ -127,7 +127,7 @@ spec:
 "#;
 
 fn widgets(api: &TestApi) -> Api<DynamicObject> {
-    let crd: Value = serde_yaml_ng::from_str(WIDGETS_CRD).unwrap();
+    let crd: Value = serde_saphyr::from_str(WIDGETS_CRD).unwrap();
     api.add_crd(crd).unwrap();
     let ar = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("example.com", "v1", "Widget"),

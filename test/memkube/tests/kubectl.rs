@@ -166,7 +166,7 @@ fn kubectl_server_side_apply_by_two_field_managers_merges_env_by_name() {
         "yaml",
         "--show-managed-fields",
     ]);
-    let obj: serde_json::Value = serde_yaml_ng::from_str(&yaml).unwrap();
+    let obj: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
     let managers: Vec<(String, String)> = obj["metadata"]["managedFields"]
         .as_array()
         .unwrap()
@@ -252,7 +252,7 @@ fn kubectl_get_get_yaml_patch_merge_and_api_resources() {
     assert!(table.lines().next().unwrap().starts_with("NAME"), "{table}");
     assert!(table.contains("web"), "{table}");
     let yaml = s.ok(&["get", "deployment", "web", "-o", "yaml"]);
-    let obj: serde_json::Value = serde_yaml_ng::from_str(&yaml).unwrap();
+    let obj: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
     assert_eq!(obj["metadata"]["generation"], 1);
     assert!(
         s.ok(&[
