@@ -152,7 +152,8 @@ impl Case {
             Origin::Plain { flavor, proxy } => {
                 let mut route = json!({"controller": flavor});
                 if flavor == "gateway" {
-                    route["gateway"] = json!({"parentRefs": [{"name": "shared", "namespace": "gw"}]});
+                    route["gateway"] =
+                        json!({"parentRefs": [{"name": "shared", "namespace": "gw"}]});
                 }
                 let proxy = if proxy {
                     json!({"upstreams": ["192.0.2.10", "192.0.2.11"]})
@@ -260,16 +261,19 @@ async fn create(client: &Client, value: &Value) {
     let (resource, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &resource);
     let name = obj.name_any();
-    let manager = if types.kind == "Secret" { "capi" } else { "user" };
+    let manager = if types.kind == "Secret" {
+        "capi"
+    } else {
+        "user"
+    };
     let (params, patch) = (PatchParams::apply(manager).force(), Patch::Apply(value));
     retrying(&format!("apply {} {name}", types.kind), || {
         api.patch(&name, &params, &patch)
     })
     .await;
     if types.kind == "Cluster" && types.api_version.starts_with("cluster.x-k8s.io/") {
-        let status = Patch::Merge(
-            json!({"status": {"initialization": {"controlPlaneInitialized": true}}}),
-        );
+        let status =
+            Patch::Merge(json!({"status": {"initialization": {"controlPlaneInitialized": true}}}));
         let params = PatchParams::default();
         retrying(&format!("initialize Cluster {name}"), || {
             api.patch_status(&name, &params, &status)
@@ -476,7 +480,8 @@ fn writes_without_leases(api: &TestApi) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn converges_after_random_faults_and_a_restart_with_nothing_lost_or_duplicated() {
     // Hundreds of injected failures are logged as warnings: keep the output readable.
-    hcp_ingress::telemetry::init_logging(hcp_ingress::telemetry::LogFormat::Text,
+    hcp_ingress::telemetry::init_logging(
+        hcp_ingress::telemetry::LogFormat::Text,
         "error,kube_client::client::builder=off",
     );
     let started = Instant::now();
@@ -537,10 +542,7 @@ async fn converges_after_random_faults_and_a_restart_with_nothing_lost_or_duplic
     let setup = started.elapsed();
 
     // Replica A: started, then killed mid-way with reconciles in flight.
-    let a = Process::start(
-        m.api.url(),
-        settings("replica-a", Duration::from_secs(300)),
-    );
+    let a = Process::start(m.api.url(), settings("replica-a", Duration::from_secs(300)));
     create_all(&m.client, during_a, &workloads).await;
     let cpis_api = cpis(&m.client);
     let phase_a = Instant::now();
@@ -560,12 +562,10 @@ async fn converges_after_random_faults_and_a_restart_with_nothing_lost_or_duplic
     let killed_at = started.elapsed();
     eprintln!("[{killed_at:?}] replica A killed with {ready_at_kill} Ready");
 
-
     // Replica B: fresh process state, same API servers; faults at a lower
     // rate for a while, then none.
     set_faults(0.05, 0.02);
-    let (b_settings, b_metrics) =
-        with_metrics(settings("replica-b", Duration::from_secs(300)));
+    let (b_settings, b_metrics) = with_metrics(settings("replica-b", Duration::from_secs(300)));
     let b = start_with(m.client.clone(), b_settings);
     let b_started = Instant::now();
     // Once B holds the Lease (A's expires first), the rest arrives.
@@ -647,7 +647,10 @@ async fn converges_after_random_faults_and_a_restart_with_nothing_lost_or_duplic
     }
     let (c_settings, c_metrics) = with_metrics(settings("replica-c", Duration::from_secs(5)));
     let c = start_with(m.client.clone(), c_settings);
-    eprintln!("[{:?}] objects checked, replica C started", started.elapsed());
+    eprintln!(
+        "[{:?}] objects checked, replica C started",
+        started.elapsed()
+    );
     let deadline = Instant::now() + Duration::from_secs(40);
     loop {
         let figures = scrape(c_metrics).await;
@@ -664,7 +667,9 @@ async fn converges_after_random_faults_and_a_restart_with_nothing_lost_or_duplic
         }
         let behind: Vec<_> = cases
             .iter()
-            .filter(|c| c.workload.is_some() && reads.get(c.cluster.as_str()).copied().unwrap_or(0) < 2)
+            .filter(|c| {
+                c.workload.is_some() && reads.get(c.cluster.as_str()).copied().unwrap_or(0) < 2
+            })
             .map(|c| c.cluster.clone())
             .collect();
         if figures.successes >= 2 * CLUSTERS as u64 && behind.is_empty() {
@@ -689,7 +694,10 @@ async fn converges_after_random_faults_and_a_restart_with_nothing_lost_or_duplic
         steady.is_empty(),
         "a resync after convergence wrote: {steady:#?}"
     );
-    assert_eq!(c_figures.errors, 0, "replica C failed reconciles: {c_figures:?}");
+    assert_eq!(
+        c_figures.errors, 0,
+        "replica C failed reconciles: {c_figures:?}"
+    );
     check_lease(&m.client, "replica-c").await;
     c.stop().await;
 
@@ -732,8 +740,10 @@ async fn check_objects(m: &Management, cases: &[Case], workloads: &[TestApi]) {
         .into_iter()
         .map(|c| (c.name_any(), c))
         .collect();
-    let mut wanted_routes: Vec<(RouteKind, BTreeSet<String>)> =
-        RouteKind::ALL.iter().map(|k| (*k, BTreeSet::new())).collect();
+    let mut wanted_routes: Vec<(RouteKind, BTreeSet<String>)> = RouteKind::ALL
+        .iter()
+        .map(|k| (*k, BTreeSet::new()))
+        .collect();
     for case in cases {
         let cpi = &live[&case.cpi];
         let what = format!("ControlPlaneIngress {} ({:?})", case.cpi, case.origin);
@@ -760,7 +770,11 @@ async fn check_objects(m: &Management, cases: &[Case], workloads: &[TestApi]) {
                 cluster_owner,
             ],
             Origin::ClusterDeployment => vec![
-                ("ClusterDeployment".to_string(), case.cpi.clone(), Some(true)),
+                (
+                    "ClusterDeployment".to_string(),
+                    case.cpi.clone(),
+                    Some(true),
+                ),
                 cluster_owner,
             ],
             Origin::DomainAnnotation => {
@@ -898,7 +912,11 @@ async fn check_workload(server: &TestApi, cpi: &ControlPlaneIngress, what: &str)
         .get("hcp-ingress-proxy")
         .await
         .unwrap();
-    let text = config.data.unwrap_or_default().into_values().collect::<String>();
+    let text = config
+        .data
+        .unwrap_or_default()
+        .into_values()
+        .collect::<String>();
     assert!(
         text.contains(host.as_str()),
         "{what}: the proxy config names {host}: {text}"

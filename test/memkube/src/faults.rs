@@ -257,7 +257,9 @@ impl Hooks {
         let Some(faults) = faults else {
             return Fate::default();
         };
-        let n = seen.entry((verb.to_string(), path.to_string())).or_default();
+        let n = seen
+            .entry((verb.to_string(), path.to_string()))
+            .or_default();
         let fate = faults.fate(verb, path, *n);
         *n += 1;
         counts.failed += u64::from(fate.fail.is_some());
@@ -320,7 +322,10 @@ mod tests {
         for n in 0..100 {
             assert_eq!(f.fate("apply", "/a", n), f.fate("apply", "/a", n));
         }
-        let other = RandomFaults { seed: 8, ..f.clone() };
+        let other = RandomFaults {
+            seed: 8,
+            ..f.clone()
+        };
         assert!((0..100).any(|n| f.fate("get", "/a", n) != other.fate("get", "/a", n)));
     }
 
