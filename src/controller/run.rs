@@ -539,13 +539,22 @@ async fn run_controllers(
                 tracing::debug!(%error, "controller event");
             }
         });
+    // The adapters' caches come from `reflect` too: a kube Controller that
+    // owns its watcher never ends a graceful shutdown that arrives before its
+    // first list (its runner waits for a store nothing fills any more), and
+    // the watches would never restart after a lost lease.
     let adapters = installed.sources.iter().map(|(kind, resource)| {
+        let (store, changes) = reflect(
+            api_for(client, settings, resource),
+            watch_config(settings),
+            resource.clone(),
+            token.clone(),
+        );
         sources::run(
             ctx.clone(),
             *kind,
             resource.clone(),
-            api_for(client, settings, resource),
-            watch_config(settings),
+            ((*store).clone(), changes),
             settings.concurrency,
             token.clone(),
         )

@@ -12,7 +12,7 @@ use kube::{
         Controller,
         controller::{Action, Config},
         events::EventType,
-        reflector::ObjectRef,
+        reflector::{ObjectRef, Store},
         watcher,
     },
 };
@@ -30,13 +30,16 @@ struct SourceContext {
     resource: ApiResource,
 }
 
-/// Run the adapter of one source kind until `token` is cancelled.
+/// Run the adapter of one source kind until `token` is cancelled, from a
+/// watch cache and its stream of changes (whose task ends with `token`).
 pub async fn run(
     ctx: Arc<Context>,
     kind: SourceKind,
     resource: ApiResource,
-    api: Api<DynamicObject>,
-    config: watcher::Config,
+    (store, changes): (
+        Store<DynamicObject>,
+        impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static,
+    ),
     concurrency: u16,
     token: CancellationToken,
 ) {
@@ -45,7 +48,7 @@ pub async fn run(
         kind,
         resource: resource.clone(),
     });
-    Controller::new_with(api, config, resource)
+    Controller::for_stream_with(changes, store, resource)
         .with_config(Config::default().concurrency(concurrency))
         .graceful_shutdown_on(token.cancelled_owned())
         .run(reconcile, error_policy, source_ctx)
@@ -96,14 +99,15 @@ async fn reconcile(obj: Arc<DynamicObject>, sctx: Arc<SourceContext>) -> Result<
                 publish(&sctx, &obj, "ControlPlaneIngressExists", note).await;
                 return Ok(Action::await_change());
             }
-            if let Some(cluster) = ctx.cluster_of(&cpi)
+            let cluster = ctx.cluster_of(&cpi);
+            if let Some(cluster) = &cluster
                 && let Some(uid) = cluster.uid()
                 && !cpi.owner_references().iter().any(|o| o.uid == uid)
             {
                 cpi.metadata
                     .owner_references
                     .get_or_insert_default()
-                    .push(cluster_reference(&cluster, uid));
+                    .push(cluster_reference(cluster, uid));
             }
             let desired: DynamicObject =
                 serde_json::from_value(serde_json::to_value(&cpi).expect("serializes"))
@@ -120,6 +124,12 @@ async fn reconcile(obj: Arc<DynamicObject>, sctx: Arc<SourceContext>) -> Result<
                 &ApiResource::erase::<ControlPlaneIngress>(&()),
             );
             apply::apply(ctx, &api, desired, current.as_ref()).await?;
+            // Nothing here watches Clusters: one created after its source (k0rdent
+            // creates it from the ClusterDeployment) would get its owner
+            // reference only at the next resync. Look again soon instead.
+            if ctx.capi_installed() && cluster.is_none() {
+                return Ok(Action::requeue(ctx.settings.retry));
+            }
             Ok(Action::requeue(ctx.settings.resync))
         }
         Err(error) if error.is_not_requested() => {

@@ -178,7 +178,8 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         target.as_ref().ok().and_then(Option::as_ref),
     );
 
-    let delay = shared.hooks.latency(&verb, &path);
+    let fate = shared.hooks.random_fate(&verb, &path);
+    let delay = shared.hooks.latency(&verb, &path) + fate.delay;
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
@@ -191,7 +192,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         user_agent: user_agent.clone(),
         status,
     };
-    if let Some(code) = shared.hooks.take_failure(&verb, &path) {
+    if let Some(code) = shared.hooks.take_failure(&verb, &path).or(fate.fail) {
         shared.hooks.record(record(code));
         return error_response(&injected(code));
     }
@@ -224,6 +225,11 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
             }
         }
     };
+    // A lost reply: the write happened, the client hears an error.
+    if let Some(code) = fate.lose_reply.filter(|_| resp.status().is_success()) {
+        shared.hooks.record(record(code));
+        return error_response(&injected(code));
+    }
     shared.hooks.record(record(resp.status().as_u16()));
     resp
 }

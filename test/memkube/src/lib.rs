@@ -42,7 +42,7 @@ use serde_json::Value;
 use tokio::sync::watch as signal;
 
 pub use error::{ApiError, Error};
-pub use faults::{RequestMatch, RequestRecord};
+pub use faults::{FaultCounts, RandomFaults, RequestMatch, RequestRecord};
 pub use registry::{ResourceSpec, Scope};
 
 /// How to start a server.
@@ -185,9 +185,19 @@ impl TestApi {
         self.shared.hooks.add_latency(matcher, delay);
     }
 
-    /// Removes injected failures and latency.
+    /// Removes injected failures and latency, random faults included.
     pub fn clear_faults(&self) {
         self.shared.hooks.clear_faults();
+    }
+
+    /// Turns seeded random faults on (`Some`) or off (`None`); see [`RandomFaults`].
+    pub fn set_random_faults(&self, faults: Option<RandomFaults>) {
+        self.shared.hooks.set_random_faults(faults);
+    }
+
+    /// How many random faults this server injected so far.
+    pub fn random_fault_counts(&self) -> FaultCounts {
+        self.shared.hooks.random_fault_counts()
     }
 
     /// Ends every open watch stream; clients reconnect from their last resourceVersion.
