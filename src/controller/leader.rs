@@ -185,13 +185,17 @@ async fn try_acquire_or_renew(api: &Api<Lease>, config: &LeaseConfig) -> Result<
     let mut new_spec = held_by(config, now, acquired);
     new_spec.lease_transitions = Some(transitions);
     lease.spec = Some(new_spec);
+    let renewing = holder == config.identity;
     // `replace` carries the resourceVersion we read: two replicas cannot both win.
     match api
         .replace(&lease.name_any(), &PostParams::default(), &lease)
         .await
     {
         Ok(_) => Ok(true),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        // Acquiring: another replica was faster. Renewing: our lease is still
+        // valid (we just read it), so a conflict is a failed renewal, retried
+        // until the renew deadline, not a loss of leadership on the spot.
+        Err(kube::Error::Api(e)) if e.code == 409 && !renewing => Ok(false),
         Err(e) => Err(e),
     }
 }

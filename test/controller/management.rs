@@ -566,3 +566,60 @@ async fn deleting_the_control_plane_ingress_removes_what_it_created() {
     );
     running.stop().await;
 }
+
+/// A conflict on renewal (here injected; in life, a write whose reply was
+/// lost) is a failed renewal, retried until the renew deadline: the leader
+/// keeps its watches instead of stopping and listing everything again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_conflict_does_not_cost_the_leader_its_leadership() {
+    let m = management(&[]).await;
+    let mut settings = Settings::for_tests();
+    settings.lease = Some(LeaseConfig {
+        name: "hcp-ingress-controller".into(),
+        namespace: NS.into(),
+        identity: "replica-a".into(),
+        lease_duration: Duration::from_secs(6),
+        renew_deadline: Duration::from_secs(4),
+        retry_period: Duration::from_millis(100),
+    });
+    let running = start_with(m.client.clone(), settings);
+    apply_value(
+        &m.client,
+        cpi("steady", json!({"className": "haproxy"}), json!({})),
+    )
+    .await;
+    wait_condition(&m.client, "steady", "RouteReady", "True").await;
+    let cpi_lists = |api: &memkube::TestApi| {
+        api.request_log()
+            .iter()
+            .filter(|r| r.verb == "list" && r.path.contains("controlplaneingresses"))
+            .count()
+    };
+    let lists_before = cpi_lists(&m.api);
+    let renewals_before = m
+        .api
+        .request_log()
+        .iter()
+        .filter(|r| r.verb == "update" && r.path.contains("/leases/"))
+        .count();
+
+    m.api
+        .fail_next(3, RequestMatch::new("update", "/leases/"), 409);
+    // Well past the three failed renewals, well within the renew deadline.
+    eventually("three more renewals", || async {
+        let renewals = m
+            .api
+            .request_log()
+            .iter()
+            .filter(|r| r.verb == "update" && r.path.contains("/leases/"))
+            .count();
+        (renewals >= renewals_before + 5).then_some(())
+    })
+    .await;
+    assert_eq!(
+        cpi_lists(&m.api),
+        lists_before,
+        "the controller restarted its watches: it gave up leadership on a renewal conflict"
+    );
+    running.stop().await;
+}
