@@ -8,6 +8,8 @@
 //! client certificates). Needs root, iproute2, iptables, haproxy, nginx with
 //! the stream module, python3 and curl: it fails, never skips, without them.
 
+mod faults;
+mod load;
 mod world;
 
 use std::{
