@@ -32,7 +32,7 @@ for bin in haproxy nginx openssl python3 curl; do
 done
 ulimit -n 1048576 2>/dev/null || ulimit -n 262144 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 FDS=$(ulimit -n)
-MAXN=$(( (FDS - 100) / 2 - EXTRA ))
+MAXN=$(( (FDS - 200) / 2 ))
 if [ "$N" -gt "$MAXN" ]; then
   echo "warning: RLIMIT_NOFILE is $FDS (the hard limit; raising it needs CAP_SYS_RESOURCE): holding N=$MAXN connections instead of $N" >&2
   N=$MAXN
@@ -69,6 +69,8 @@ trap cleanup EXIT
 )
 
 CONNS=$(( N + EXTRA + 1000 ))
+# HAProxy wants 2 x maxconn descriptors; the EXTRA never reach the ingress.
+HAP_MAXCONN=$(( N + 10 ))
 mkdir -p "$W/tmp"
 cat > "$W/backends.conf" <<CONF
 daemon off;
@@ -96,7 +98,7 @@ nginx -p "$W" -c "$W/backends.conf" & PIDS+=($!)
 cat > "$W/ingress.cfg" <<CONF
 global
   nbthread 1
-  maxconn $CONNS
+  maxconn $HAP_MAXCONN
 defaults
   mode tcp
   timeout connect 5s
@@ -130,7 +132,9 @@ CONF
 
 wait_ok() { # url
   for _ in $(seq 1 100); do curl -ksf -o /dev/null "$1" && return 0; sleep 0.1; done
-  echo "error: $1 never answered" >&2; exit 1
+  echo "error: $1 never answered" >&2
+  tail -n 5 "$W"/*.log >&2 || true
+  exit 1
 }
 wait_ok https://127.0.0.1:9001/
 wait_ok http://127.0.0.3:9445/readyz
@@ -191,7 +195,7 @@ if [ "$ANCHOR" = 1 ]; then
   cat > "$W/anchor.cfg" <<CONF
 global
   nbthread 1
-  maxconn $CONNS
+  maxconn $HAP_MAXCONN
 defaults
   timeout connect 5s
   timeout client 10m
@@ -210,19 +214,29 @@ CONF
   measure haproxy "$ANCHOR_PID" 127.0.0.2 7443 9 "$ANCHOR_HOLD"
 fi
 
-python3 - <<PY
+export N HOLD EXTRA ANCHOR ANCHOR_HOLD ACTIVE_PROXY ACTIVE_AFTER REFUSED EXTRA_ERRORS
+export EXTRA_OPENED=${EXTRA_OPENED:-0}
+for name in proxy haproxy; do
+  for v in IDLE IDLEANON LOADED LOADEDANON PEAK HELD HELDANON CLOSED OPENED OPEN_SECS REQ; do
+    eval "export ${v}_$name=\"\${${v}_$name:-0}\""
+  done
+done
+python3 - <<'PY'
+import os
+e = os.environ
 def per(a, b, n): return round((int(b) - int(a)) * 1024 / max(1, int(n)))
-n = int("$OPENED_proxy")
-print(f"# {n} TLS connections through hcp-ingress proxy (reencrypt, 1 thread), held ${HOLD}s")
-print(f"opened in {float('$OPEN_SECS_proxy')} s (python client, concurrency 100); active gauge: $ACTIVE_PROXY")
-print(f"extra connections beyond limits.maxConnections=$N: $EXTRA attempted, ${EXTRA_OPENED:-0} served, refused counter = $REFUSED (client: $EXTRA_ERRORS)")
-print(f"after the hold: $REQ_proxy; proxy alive; active after close: $ACTIVE_AFTER")
-rows = [("proxy", "$IDLE_proxy", "$IDLEANON_proxy", "$LOADED_proxy", "$LOADEDANON_proxy", "$PEAK_proxy", "$HELD_proxy", "$HELDANON_proxy", "$CLOSED_proxy", "$OPENED_proxy")]
-if "$ANCHOR" == "1":
-    rows.append(("haproxy", "${IDLE_haproxy:-0}", "${IDLEANON_haproxy:-0}", "${LOADED_haproxy:-0}", "${LOADEDANON_haproxy:-0}", "${PEAK_haproxy:-0}", "${HELD_haproxy:-0}", "${HELDANON_haproxy:-0}", "${CLOSED_haproxy:-0}", "${OPENED_haproxy:-0}"))
-    print(f"haproxy anchor (k0smotron config, RSA leaf), held ${ANCHOR_HOLD}s: ${REQ_haproxy:-}")
+print(f"# {e['OPENED_proxy']} TLS connections through hcp-ingress proxy (reencrypt, 1 thread), held {e['HOLD']}s")
+print(f"opened in {e['OPEN_SECS_proxy']} s (python client, concurrency 100); active gauge: {e['ACTIVE_PROXY']}")
+print(f"beyond limits.maxConnections={e['N']}: {e['EXTRA']} more attempted, {e['EXTRA_OPENED']} served, "
+      f"hcp_proxy_connections_refused_total{{reason=\"limit\"}} = {e['REFUSED']} (client: {e['EXTRA_ERRORS']})")
+print(f"after the hold: {e['REQ_proxy']}; proxy alive; active after close: {e['ACTIVE_AFTER']}")
+names = ["proxy"] + (["haproxy"] if e["ANCHOR"] == "1" else [])
+if e["ANCHOR"] == "1":
+    print(f"haproxy anchor (k0smotron config, RSA leaf), {e['OPENED_haproxy']} connections held {e['ANCHOR_HOLD']}s: {e['REQ_haproxy']}")
 print(f"{'':<9}{'idle RSS':>10}{'idle anon':>10}{'loaded':>10}{'anon':>10}{'peak':>10}{'held end':>10}{'anon':>10}{'closed':>10}{'B/conn RSS':>12}{'B/conn anon':>12}")
-for name, i, ia, l, la, pk, h, ha, c, o in rows:
-    print(f"{name:<9}{i:>10}{ia:>10}{l:>10}{la:>10}{pk:>10}{h:>10}{ha:>10}{c:>10}{per(i, h, o):>12}{per(ia, ha, o):>12}")
+for n in names:
+    g = lambda k: e[f"{k}_{n}"]
+    print(f"{n:<9}{g('IDLE'):>10}{g('IDLEANON'):>10}{g('LOADED'):>10}{g('LOADEDANON'):>10}{g('PEAK'):>10}{g('HELD'):>10}"
+          f"{g('HELDANON'):>10}{g('CLOSED'):>10}{per(g('IDLE'), g('HELD'), g('OPENED')):>12}{per(g('IDLEANON'), g('HELDANON'), g('OPENED')):>12}")
 print("(KiB; 'held end' = after the hold, before closing; per connection = (held end - idle) / opened)")
 PY

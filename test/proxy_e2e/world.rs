@@ -56,6 +56,8 @@ pub fn require() {
         "nginx",
         "python3",
         "curl",
+        "ss",
+        "prlimit",
     ] {
         let found = Command::new("sh")
             .args(["-c", &format!("command -v {bin}")])
