@@ -46,9 +46,11 @@ fn run_release_script(out: &Path, env: &[(&str, &str)]) -> (bool, String) {
 }
 
 fn out_dir(name: &str) -> PathBuf {
+    // Per process: nextest runs each test in its own process, and two of
+    // them writing one directory at once read each other's half-written files.
     Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("release")
-        .join(name)
+        .join(format!("{name}-{}", std::process::id()))
 }
 
 /// The components text, built once per test run with the default settings.
