@@ -22,7 +22,7 @@ use tracing::{debug, warn};
 use super::{
     clienthello::{self, ClientHello, HelloError, Parsed},
     config::Mode,
-    copy::copy_bidirectional,
+    copy::{CopyEnd, CopyError, Side, copy_bidirectional},
     metrics::{BytesLabel, PathLabel},
     proxy_protocol,
     server::{Shared, State},
@@ -210,6 +210,53 @@ fn mark(shared: &Shared, b: &Backend, healthy: bool) {
     }
 }
 
+/// Metric reason of a failed upstream attempt at `stage` (`connect`, `tls`).
+/// A certificate the CA does not verify is `certificate`, apart from other
+/// TLS failures: it needs an operator, not a retry.
+pub fn connect_failure_reason(stage: &str, e: &io::Error) -> &'static str {
+    match (stage, e.kind()) {
+        ("connect", io::ErrorKind::ConnectionRefused) => "refused",
+        ("connect", _) => "connect",
+        _ => match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+            Some(rustls::Error::InvalidCertificate(_)) => "certificate",
+            _ => "tls",
+        },
+    }
+}
+
+/// Metric reason of an error that ended a forwarding connection.
+pub fn stream_error_reason(e: &io::Error) -> &'static str {
+    match e.kind() {
+        io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::BrokenPipe => "reset",
+        // A TLS peer that closed without close_notify.
+        io::ErrorKind::UnexpectedEof => "truncated",
+        // TCP keepalive gave up on a dead peer.
+        io::ErrorKind::TimedOut => "timeout",
+        io::ErrorKind::InvalidData => "tls",
+        _ => "io",
+    }
+}
+
+/// Count and log how a copy ended. The client was `a`, the upstream `b`.
+fn copy_ended(shared: &Shared, peer: SocketAddr, r: Result<CopyEnd, CopyError>) {
+    match r {
+        Ok(end) => debug!(%peer, ?end, "connection closed"),
+        Err(e) => {
+            let side = match e.side {
+                Side::A => "client",
+                Side::B => "upstream",
+            };
+            let reason = stream_error_reason(&e.source);
+            shared.metrics.stream_error(side, reason);
+            // Dropping both streams closes the other side at once: its
+            // client (or upstream) sees the end instead of hanging.
+            debug!(%peer, side, reason, error = %e.source, "connection ended by an error");
+        }
+    }
+}
+
 /// Try every address in balance order; the first whose `attempt` succeeds
 /// within the connect timeout wins. Failures are counted by stage (`refused`,
 /// `connect`, `tls`, `timeout`) and mark the address down; nothing has been
@@ -236,12 +283,14 @@ where
                 return Some((s, ActiveGuard::new(b)));
             }
             Ok(Err((stage, e))) => {
-                debug!(upstream = %b.addr, error = %e, stage, "failed to connect upstream");
-                let reason = match (stage, e.kind()) {
-                    ("connect", io::ErrorKind::ConnectionRefused) => "refused",
-                    ("connect", _) => "connect",
-                    _ => "tls",
-                };
+                let reason = connect_failure_reason(stage, &e);
+                if reason == "certificate" {
+                    // Not a transient fault: the ingress serves a certificate
+                    // our CA does not sign (wrong CA bundle, rotated CA).
+                    warn!(upstream = %b.addr, error = %e, "upstream certificate rejected");
+                } else {
+                    debug!(upstream = %b.addr, error = %e, stage, "failed to connect upstream");
+                }
                 shared.metrics.upstream_error(reason);
                 mark(shared, &b, false);
             }
@@ -383,7 +432,7 @@ pub async fn handle(shared: Arc<Shared>, mut client: TcpStream, peer: SocketAddr
                 cfg.timeouts.idle,
             )
             .await;
-            debug!(%peer, result = ?r, "connection closed");
+            copy_ended(&shared, peer, r);
         }
         Path::Reencrypt => {
             // Boxed: the two TLS streams live only in reencrypt tasks, so
@@ -454,7 +503,7 @@ async fn reencrypt(
         }
     };
     let r = copy_bidirectional(&mut down, &mut up, io.up, io.down, state.cfg.timeouts.idle).await;
-    debug!(%peer, result = ?r, "connection closed");
+    copy_ended(shared, peer, r);
 }
 
 #[cfg(test)]
@@ -485,6 +534,26 @@ mod tests {
             decide(&h(None), &names, Mode::Passthrough),
             Path::Passthrough
         );
+    }
+
+    #[test]
+    fn failure_reasons() {
+        let refused = io::Error::from(io::ErrorKind::ConnectionRefused);
+        assert_eq!(connect_failure_reason("connect", &refused), "refused");
+        let bad_cert = io::Error::new(
+            io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
+        );
+        assert_eq!(connect_failure_reason("tls", &bad_cert), "certificate");
+        let alert = io::Error::new(
+            io::ErrorKind::InvalidData,
+            rustls::Error::General("x".into()),
+        );
+        assert_eq!(connect_failure_reason("tls", &alert), "tls");
+        let reset = io::Error::from(io::ErrorKind::ConnectionReset);
+        assert_eq!(stream_error_reason(&reset), "reset");
+        let eof = io::Error::from(io::ErrorKind::UnexpectedEof);
+        assert_eq!(stream_error_reason(&eof), "truncated");
     }
 
     #[tokio::test]

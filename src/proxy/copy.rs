@@ -45,6 +45,12 @@ fn give_buf(b: Box<[u8]>) {
     });
 }
 
+/// An error of one half of the copy: on its read side or its write side.
+enum HalfError {
+    Read(io::Error),
+    Write(io::Error),
+}
+
 struct Half {
     buf: Option<Box<[u8]>>,
     pos: usize,
@@ -75,7 +81,7 @@ impl Half {
         mut w: Pin<&mut W>,
         counter: &Counter,
         moved: &mut bool,
-    ) -> Poll<io::Result<()>>
+    ) -> Poll<Result<(), HalfError>>
     where
         R: AsyncRead + ?Sized,
         W: AsyncWrite + ?Sized,
@@ -91,12 +97,12 @@ impl Half {
                             give_buf(b);
                         }
                         if self.need_flush {
-                            ready!(w.as_mut().poll_flush(cx))?;
+                            ready!(w.as_mut().poll_flush(cx)).map_err(HalfError::Write)?;
                             self.need_flush = false;
                         }
                         return Poll::Pending;
                     }
-                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(HalfError::Read(e))),
                     Poll::Ready(Ok(())) => {
                         let n = rb.filled().len();
                         if n == 0 {
@@ -117,17 +123,18 @@ impl Half {
                 let Some(buf) = self.buf.as_ref() else {
                     break;
                 };
-                let n = ready!(w.as_mut().poll_write(cx, &buf[self.pos..self.cap]))?;
+                let n = ready!(w.as_mut().poll_write(cx, &buf[self.pos..self.cap]))
+                    .map_err(HalfError::Write)?;
                 if n == 0 {
-                    return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                    return Poll::Ready(Err(HalfError::Write(io::ErrorKind::WriteZero.into())));
                 }
                 self.pos += n;
                 self.need_flush = true;
             }
             if self.read_done {
-                ready!(w.as_mut().poll_flush(cx))?;
+                ready!(w.as_mut().poll_flush(cx)).map_err(HalfError::Write)?;
                 self.need_flush = false;
-                ready!(w.as_mut().poll_shutdown(cx))?;
+                ready!(w.as_mut().poll_shutdown(cx)).map_err(HalfError::Write)?;
                 self.done = true;
                 return Poll::Ready(Ok(()));
             }
@@ -142,6 +149,37 @@ pub enum CopyEnd {
     Closed,
     /// No byte moved for the idle timeout.
     Idle,
+}
+
+/// Which of the two streams an error came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The first stream (`a`).
+    A,
+    /// The second stream (`b`).
+    B,
+}
+
+/// A copy that ended with an I/O error, and the stream it came from: the
+/// caller tells a client that went away from an upstream that reset.
+#[derive(Debug, thiserror::Error)]
+#[error("failed to copy: {source} (side {side:?})")]
+pub struct CopyError {
+    /// Stream whose read or write failed.
+    pub side: Side,
+    /// Cause.
+    #[source]
+    pub source: io::Error,
+}
+
+impl CopyError {
+    /// `from` is the stream a half reads, `to` the one it writes.
+    fn of(e: HalfError, from: Side, to: Side) -> Self {
+        match e {
+            HalfError::Read(source) => Self { side: from, source },
+            HalfError::Write(source) => Self { side: to, source },
+        }
+    }
 }
 
 /// Copy `a` ⇄ `b` until both directions reached EOF, an error, or nothing
@@ -189,7 +227,7 @@ where
     A: AsyncRead + AsyncWrite + Unpin + ?Sized,
     B: AsyncRead + AsyncWrite + Unpin + ?Sized,
 {
-    type Output = io::Result<CopyEnd>;
+    type Output = Result<CopyEnd, CopyError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
@@ -203,7 +241,7 @@ where
                 &mut moved,
             )
         {
-            r?;
+            r.map_err(|e| CopyError::of(e, Side::A, Side::B))?;
         }
         if !this.ba.done
             && let Poll::Ready(r) = this.ba.poll_copy(
@@ -214,7 +252,7 @@ where
                 &mut moved,
             )
         {
-            r?;
+            r.map_err(|e| CopyError::of(e, Side::B, Side::A))?;
         }
         if this.ab.done && this.ba.done {
             return Poll::Ready(Ok(CopyEnd::Closed));
@@ -277,5 +315,49 @@ mod tests {
         let (c1, c2) = (Counter::default(), Counter::default());
         let r = copy_bidirectional(&mut a, &mut b, &c1, &c2, Duration::from_millis(100)).await;
         assert_eq!(r.unwrap(), CopyEnd::Idle);
+    }
+
+    /// A stream whose reads fail with a reset (an upstream that sent RST).
+    struct Reset;
+
+    impl AsyncRead for Reset {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            _: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            Poll::Ready(Err(io::ErrorKind::ConnectionReset.into()))
+        }
+    }
+
+    impl AsyncWrite for Reset {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn an_error_names_the_stream_it_came_from() {
+        let (_client, mut a) = duplex(64);
+        let (c1, c2) = (Counter::default(), Counter::default());
+        let e = copy_bidirectional(&mut a, &mut Reset, &c1, &c2, Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert_eq!(e.side, Side::B);
+        assert_eq!(e.source.kind(), io::ErrorKind::ConnectionReset);
+        let e = copy_bidirectional(&mut Reset, &mut a, &c1, &c2, Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert_eq!(e.side, Side::A);
     }
 }

@@ -29,6 +29,15 @@ pub struct ReasonLabel {
     pub reason: &'static str,
 }
 
+/// Label: an established connection that ended with an error.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StreamLabel {
+    /// `client` or `upstream`: the side whose read or write failed.
+    pub side: &'static str,
+    /// `reset`, `truncated`, `timeout`, `tls` or `io`.
+    pub reason: &'static str,
+}
+
 /// Label: an upstream address.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AddressLabel {
@@ -57,6 +66,12 @@ pub struct Metrics {
     pub handshake_errors: Family<ReasonLabel, Counter>,
     /// Upstream failures by reason.
     pub upstream_errors: Family<ReasonLabel, Counter>,
+    /// Connections accepted and closed at once, by reason (`limit`).
+    pub refused: Family<ReasonLabel, Counter>,
+    /// Failed `accept` calls by reason (`fds`, `memory`, `other`).
+    pub accept_errors: Family<ReasonLabel, Counter>,
+    /// Forwarding connections ended by an error, by side and reason.
+    pub stream_errors: Family<StreamLabel, Counter>,
     /// 1 when the address passed its last check.
     pub upstream_healthy: Family<AddressLabel, Gauge>,
     /// Time to a usable upstream connection (TCP, plus TLS in reencrypt mode).
@@ -81,6 +96,9 @@ impl Metrics {
         let handshake_errors = Family::<ReasonLabel, Counter>::default();
         let upstream_errors = Family::<ReasonLabel, Counter>::default();
         let upstream_healthy = Family::<AddressLabel, Gauge>::default();
+        let refused = Family::<ReasonLabel, Counter>::default();
+        let accept_errors = Family::<ReasonLabel, Counter>::default();
+        let stream_errors = Family::<StreamLabel, Counter>::default();
         // 100 µs .. ~3.3 s.
         let connect_seconds = Histogram::new(
             prometheus_client::metrics::histogram::exponential_buckets(0.0001, 2.0, 16),
@@ -112,6 +130,21 @@ impl Metrics {
             upstream_errors.clone(),
         );
         registry.register(
+            "connections_refused",
+            "Client connections accepted and closed at once (reset), by reason",
+            refused.clone(),
+        );
+        registry.register(
+            "accept_errors",
+            "Failed accepts by reason; the client waits in the backlog",
+            accept_errors.clone(),
+        );
+        registry.register(
+            "stream_errors",
+            "Forwarding connections ended by an error, by side and reason",
+            stream_errors.clone(),
+        );
+        registry.register(
             "upstream_healthy",
             "1 when the upstream address passed its last health check",
             upstream_healthy.clone(),
@@ -135,6 +168,8 @@ impl Metrics {
             let _ = connections.get_or_create(&PathLabel { path });
             let _ = active.get_or_create(&PathLabel { path });
         }
+        // Present at 0, so an alert on its rate sees the series from the start.
+        let _ = refused.get_or_create(&ReasonLabel { reason: "limit" });
         Self {
             registry,
             connections,
@@ -143,6 +178,9 @@ impl Metrics {
             handshake_errors,
             upstream_errors,
             upstream_healthy,
+            refused,
+            accept_errors,
+            stream_errors,
             connect_seconds,
             reloads,
         }
@@ -159,6 +197,25 @@ impl Metrics {
     pub fn upstream_error(&self, reason: &'static str) {
         self.upstream_errors
             .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+
+    /// Count a connection refused at accept.
+    pub fn refusal(&self, reason: &'static str) {
+        self.refused.get_or_create(&ReasonLabel { reason }).inc();
+    }
+
+    /// Count a failed accept.
+    pub fn accept_error(&self, reason: &'static str) {
+        self.accept_errors
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+
+    /// Count a forwarding connection ended by an error.
+    pub fn stream_error(&self, side: &'static str, reason: &'static str) {
+        self.stream_errors
+            .get_or_create(&StreamLabel { side, reason })
             .inc();
     }
 

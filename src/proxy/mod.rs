@@ -62,6 +62,51 @@ fn load(path: &std::path::Path) -> Result<server::State, String> {
     Ok(server::State { cfg, tls })
 }
 
+/// Descriptors `max_connections` proxied connections need: two sockets each
+/// (client, upstream), plus health checks, admin and the runtime.
+pub fn fds_needed(max_connections: usize) -> u64 {
+    2 * max_connections as u64 + 64
+}
+
+/// The soft RLIMIT_NOFILE to set: the hard limit (`None`: unlimited, kept
+/// as is) when the soft one is below it. Only the soft limit moves; raising
+/// the hard one needs privileges we do not ask for.
+pub fn nofile_soft_target(soft: Option<u64>, hard: Option<u64>) -> Option<u64> {
+    match (soft, hard) {
+        (Some(s), Some(h)) if s < h => Some(h),
+        _ => None,
+    }
+}
+
+/// Lift the soft descriptor limit to the hard one, as Go programs and
+/// nginx's `worker_rlimit_nofile` do: container runtimes often start
+/// processes at 1024 (containerd 2 no longer raises it), which would cap the
+/// proxy near 500 connections whatever `limits.maxConnections` says. Warns
+/// when even the hard limit is too low for the configured limit.
+fn raise_nofile(max_connections: usize) {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut lim = getrlimit(Resource::Nofile);
+    if let Some(target) = nofile_soft_target(lim.current, lim.maximum) {
+        let raised = rustix::process::Rlimit {
+            current: Some(target),
+            maximum: lim.maximum,
+        };
+        match setrlimit(Resource::Nofile, raised) {
+            Ok(()) => lim = raised,
+            Err(e) => tracing::warn!(error = %e, "failed to raise the open file limit"),
+        }
+    }
+    let needed = fds_needed(max_connections);
+    if let Some(soft) = lim.current.filter(|&s| s < needed) {
+        tracing::warn!(
+            limit = soft,
+            needed,
+            max_connections,
+            "the open file limit is below what limits.maxConnections needs; accepts fail (counted in hcp_proxy_accept_errors_total) before the limit is reached"
+        );
+    }
+}
+
 /// Entry point of `hcp-ingress proxy`.
 pub fn main(args: ProxyArgs) -> ExitCode {
     if let Some(path) = args.check_config {
@@ -94,6 +139,7 @@ pub fn main(args: ProxyArgs) -> ExitCode {
     // rustls warns on every handshake whose SNI is an IP literal (wrk, some
     // libraries): that is a client quirk, not the operator's business.
     init_logging(format, &format!("{},rustls=error", state.cfg.log_level));
+    raise_nofile(state.cfg.max_connections);
 
     // One thread is the measured default: the proxy shares a node with the
     // workloads, and one core already carries well above a node's API load
@@ -122,5 +168,21 @@ pub fn main(args: ProxyArgs) -> ExitCode {
             tracing::error!(error = %e, "proxy stopped");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn nofile_soft_limit_is_lifted_to_the_hard_one() {
+        assert_eq!(
+            super::nofile_soft_target(Some(1024), Some(524_288)),
+            Some(524_288)
+        );
+        assert_eq!(super::nofile_soft_target(Some(4096), Some(4096)), None);
+        assert_eq!(super::nofile_soft_target(None, None), None);
+        // Unlimited hard limit: leave the soft one alone rather than guess.
+        assert_eq!(super::nofile_soft_target(Some(1024), None), None);
+        assert_eq!(super::fds_needed(10_000), 20_064);
     }
 }

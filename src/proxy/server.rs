@@ -232,6 +232,67 @@ async fn address_keeper(interface: String, addr: std::net::IpAddr, every: Durati
     }
 }
 
+/// At most one warning per this interval for a repeating condition.
+const LOG_EVERY: Duration = Duration::from_secs(5);
+
+/// Rate limit for a log line that may repeat thousands of times a second
+/// (refusals at the limit, accept errors): the first occurrence logs, the
+/// next ones within `every` are only counted and reported with the next line.
+#[derive(Debug)]
+pub struct RateLimit {
+    every: Duration,
+    next: Option<std::time::Instant>,
+    suppressed: u64,
+}
+
+impl RateLimit {
+    /// At most one line per `every`.
+    pub fn new(every: Duration) -> Self {
+        Self {
+            every,
+            next: None,
+            suppressed: 0,
+        }
+    }
+
+    /// Whether to log an occurrence at `now`; `Some(n)`: log it, with the
+    /// `n` occurrences suppressed since the last line.
+    pub fn allow(&mut self, now: std::time::Instant) -> Option<u64> {
+        if self.next.is_some_and(|next| now < next) {
+            self.suppressed += 1;
+            return None;
+        }
+        self.next = Some(now + self.every);
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
+/// Metric reason of a failed accept. Out of descriptors (EMFILE, ENFILE) is
+/// the one to alert on: it is `fds`.
+pub fn accept_error_reason(e: &std::io::Error) -> &'static str {
+    // Linux errno values; std has no stable ErrorKind for them.
+    const ENOMEM: i32 = 12;
+    const ENFILE: i32 = 23;
+    const EMFILE: i32 = 24;
+    const ENOBUFS: i32 = 105;
+    match e.raw_os_error() {
+        Some(EMFILE | ENFILE) => "fds",
+        Some(ENOBUFS | ENOMEM) => "memory",
+        _ => "other",
+    }
+}
+
+/// Close a connection we will not serve with a reset (SO_LINGER 0), not a
+/// FIN: the client's ClientHello is usually already in our receive buffer,
+/// and closing with unread data resets anyway, only later and leaving a
+/// TIME_WAIT socket behind on our side for every refusal. An immediate RST
+/// is deterministic, costs no kernel state, and every client treats it as
+/// a failed attempt to retry, never as a response.
+fn refuse(s: TcpStream) {
+    let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+    drop(s);
+}
+
 /// Wait for SIGTERM or SIGINT.
 async fn terminated() {
     use tokio::signal::unix::{SignalKind, signal};
@@ -287,29 +348,44 @@ pub async fn run(state: State, config_path: std::path::PathBuf) -> Result<(), Se
     info!(listen = %cfg.listen.addr, mode = cfg.mode.as_str(), upstream = %cfg.upstream.server_name, "proxy listening");
     let stop = terminated();
     tokio::pin!(stop);
+    let mut refusal_log = RateLimit::new(LOG_EVERY);
+    let mut accept_log = RateLimit::new(LOG_EVERY);
     loop {
-        // Take a slot before accepting: at the limit, new clients wait in the
-        // kernel backlog instead of being accepted and dropped.
-        let permit = tokio::select! {
-            p = limit.clone().acquire_owned() => p.expect("semaphore never closes"),
-            _ = &mut stop => break,
-        };
         let accepted = tokio::select! {
             r = listener.accept() => r,
             _ = &mut stop => break,
         };
         match accepted {
-            Ok((s, peer)) => {
-                let shared = shared.clone();
-                tokio::spawn(async move {
-                    conn::handle(shared, s, peer).await;
-                    drop(permit);
-                });
-            }
+            // A slot is taken after accept, not before: at the limit a client
+            // is refused at once and counted, instead of waiting unseen in
+            // the kernel backlog until its own timeout.
+            Ok((s, peer)) => match limit.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    let shared = shared.clone();
+                    tokio::spawn(async move {
+                        conn::handle(shared, s, peer).await;
+                        drop(permit);
+                    });
+                }
+                Err(_) => {
+                    refuse(s);
+                    shared.metrics.refusal("limit");
+                    if let Some(suppressed) = refusal_log.allow(std::time::Instant::now()) {
+                        warn!(%peer, limit = cfg.max_connections, suppressed, "connection limit reached: refusing new connections");
+                    }
+                }
+            },
             Err(e) => {
-                // EMFILE and friends: back off instead of spinning.
-                warn!(error = %e, "failed to accept");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                shared.metrics.accept_error(accept_error_reason(&e));
+                if let Some(suppressed) = accept_log.allow(std::time::Instant::now()) {
+                    warn!(error = %e, suppressed, "failed to accept; retrying");
+                }
+                // EMFILE and friends: the client stays in the backlog; back
+                // off instead of spinning until descriptors free up.
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                    _ = &mut stop => break,
+                }
             }
         }
     }
@@ -336,6 +412,29 @@ pub async fn run(state: State, config_path: std::path::PathBuf) -> Result<(), Se
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn rate_limit_logs_once_per_interval_and_counts_the_rest() {
+        let mut r = super::RateLimit::new(Duration::from_secs(5));
+        let t = Instant::now();
+        assert_eq!(r.allow(t), Some(0));
+        assert_eq!(r.allow(t + Duration::from_secs(1)), None);
+        assert_eq!(r.allow(t + Duration::from_secs(4)), None);
+        assert_eq!(r.allow(t + Duration::from_secs(5)), Some(2));
+        assert_eq!(r.allow(t + Duration::from_secs(6)), None);
+        assert_eq!(r.allow(t + Duration::from_secs(60)), Some(1));
+    }
+
+    #[test]
+    fn accept_errors_are_classified() {
+        let e = |n| std::io::Error::from_raw_os_error(n);
+        assert_eq!(super::accept_error_reason(&e(24)), "fds");
+        assert_eq!(super::accept_error_reason(&e(23)), "fds");
+        assert_eq!(super::accept_error_reason(&e(105)), "memory");
+        assert_eq!(super::accept_error_reason(&e(103)), "other");
+    }
+
     /// A surging pod binds the same address while the old one still listens.
     #[tokio::test]
     async fn two_proxies_can_listen_on_one_address() {

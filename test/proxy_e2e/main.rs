@@ -6,8 +6,11 @@
 //! with two shared-ingress instances (Debian's HAProxy or nginx stream)
 //! routing by SNI to two tenant API stand-ins (nginx, TLS; tenant A accepts
 //! client certificates). Needs root, iproute2, iptables, haproxy, nginx with
-//! the stream module, python3 and curl: it fails, never skips, without them.
+//! the stream module, python3, curl, ss (iproute2) and prlimit (util-linux): it
+//! fails, never skips, without them.
 
+mod faults;
+mod load;
 mod world;
 
 use std::{

@@ -56,6 +56,8 @@ pub fn require() {
         "nginx",
         "python3",
         "curl",
+        "ss",
+        "prlimit",
     ] {
         let found = Command::new("sh")
             .args(["-c", &format!("command -v {bin}")])
@@ -180,6 +182,20 @@ impl Pki {
     pub fn path(&self, name: &str) -> String {
         self.dir.join(name).display().to_string()
     }
+
+    /// Write `name`.crt/.key: a server certificate for tenant A's names,
+    /// signed by a CA the proxy does not trust.
+    pub fn write_foreign_tenant_a(&self, name: &str) {
+        let rogue = ca("not the cluster CA");
+        let (c, k, _) = leaf(
+            &rogue,
+            "kube-apiserver",
+            &[API_A, "kubernetes.default.svc", SERVICE_IP],
+            false,
+        );
+        fs::write(self.dir.join(format!("{name}.crt")), c).unwrap();
+        fs::write(self.dir.join(format!("{name}.key")), k).unwrap();
+    }
 }
 
 /// Which shared ingress the world runs.
@@ -200,6 +216,10 @@ pub struct Proc {
 pub struct World {
     /// Listen (advertise) address of the proxy; IPv4 unless a test says so.
     pub listen: String,
+    /// Command words in front of the proxy binary (e.g. `prlimit`).
+    pub proxy_wrapper: Vec<String>,
+    /// YAML lines (indented two spaces) appended to the `upstream:` block.
+    pub upstream_extra: String,
     pub dir: PathBuf,
     pub pki: Pki,
     pub pod: String,
@@ -223,6 +243,8 @@ impl World {
         let pki = Pki::new(&dir);
         let mut w = World {
             listen: ADVERTISE.to_string(),
+            proxy_wrapper: Vec::new(),
+            upstream_extra: String::new(),
             pod: format!("hcp{id}pod"),
             node: format!("hcp{id}node"),
             lb: format!("hcp{id}lb"),
@@ -471,7 +493,9 @@ impl World {
         }
     }
 
-    fn backends(&mut self) {
+    /// Start the tenant stand-ins (nginx, `backends`) from the current
+    /// certificate files.
+    pub fn backends(&mut self) {
         let body = |t: &str| {
             format!(
                 r#"{{"tenant":"{t}","client":"$ssl_client_s_dn","verify":"$ssl_client_verify"}}\n"#
@@ -591,8 +615,15 @@ stream {{
         }
     }
 
-    /// Write the proxy config (mode, extra YAML lines appended) and start it.
+    /// Write the proxy config (mode, extra YAML lines appended), start it and
+    /// wait until it is ready.
     pub fn start_proxy(&mut self, mode: &str, upstream_addrs: &[&str], extra: &str) {
+        self.launch_proxy(mode, upstream_addrs, extra);
+        self.wait_ready();
+    }
+
+    /// Like `start_proxy`, without waiting for readiness.
+    pub fn launch_proxy(&mut self, mode: &str, upstream_addrs: &[&str], extra: &str) {
         let addrs = upstream_addrs
             .iter()
             .map(|a| format!("\"{a}\""))
@@ -602,7 +633,7 @@ stream {{
             "listen: {{address: \"{listen}\", port: 443, interface: lo}}\n\
              mode: {mode}\n\
              upstream:\n  serverName: {API_A}\n  port: 443\n  addresses: [{addrs}]\n  caFile: {ca}\n  \
-             healthCheck: {{interval: 300ms, timeout: 2s}}\n\
+             healthCheck: {{interval: 300ms, timeout: 2s}}\n{upstream_extra}\
              tls: {{certFile: {crt}, keyFile: {key}}}\n\
              {passthrough}\
              admin: {{address: \"{ADMIN}\"}}\n\
@@ -614,6 +645,7 @@ stream {{
             } else {
                 format!("passthroughServerNames: [{API_A}]\n")
             },
+            upstream_extra = self.upstream_extra,
             ca = self.pki.path("ca-a.crt"),
             crt = self.pki.path("proxy.crt"),
             key = self.pki.path("proxy.key"),
@@ -621,12 +653,56 @@ stream {{
         fs::write(self.dir.join("proxy.yaml"), conf).unwrap();
         let cfg = self.dir.join("proxy.yaml").display().to_string();
         let node = self.node.clone();
-        self.spawn(
-            &node,
-            "proxy",
-            &[env!("CARGO_BIN_EXE_hcp-ingress"), "proxy", "--config", &cfg],
-        );
-        self.wait_ready();
+        let wrapper = self.proxy_wrapper.clone();
+        let mut args: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+        args.extend([env!("CARGO_BIN_EXE_hcp-ingress"), "proxy", "--config", &cfg]);
+        self.spawn(&node, "proxy", &args);
+    }
+
+    /// Write a file the node namespace sees as `/etc/<name>` (`ip netns
+    /// exec` bind-mounts `/etc/netns/<ns>/<name>` at each start). Written in
+    /// place, so a running proxy sees later changes too.
+    pub fn node_etc(&self, name: &str, text: &str) {
+        let dir = Path::new("/etc/netns").join(&self.node);
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join(name), text).unwrap();
+    }
+
+    /// Whether a named process still runs.
+    pub fn running(&mut self, name: &str) -> bool {
+        let p = self
+            .procs
+            .iter_mut()
+            .find(|p| p.name == name)
+            .expect("no such process");
+        p.child.try_wait().unwrap().is_none()
+    }
+
+    /// The whole log of a named process.
+    pub fn log(&self, name: &str) -> String {
+        fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default()
+    }
+
+    /// `n` connections from the pod at once (`client.py many`); see `Many`.
+    pub fn many(&self, n: usize, extra: &[&str]) -> Many {
+        let n = n.to_string();
+        let mut args = vec![SERVICE_IP, "443", n.as_str()];
+        args.extend_from_slice(extra);
+        let mut child = self
+            .client_cmd("many", &args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut held = Held {
+            child,
+            stdin,
+            stdout,
+        };
+        let opened = held.line();
+        Many { held, opened }
     }
 
     pub fn config_path(&self) -> PathBuf {
@@ -787,6 +863,42 @@ impl Held {
     }
 }
 
+/// Many connections held by one client process: `opened` is its first
+/// report; each `cmd` sends one command line and returns the JSON answer.
+pub struct Many {
+    held: Held,
+    /// `{"opened", "failed", "errors"}` of the connection phase.
+    pub opened: Value,
+}
+
+impl Many {
+    /// Send a command (`request`, `loop SECS`, `wait SECS`); its report.
+    pub fn cmd(&mut self, line: &str) -> Value {
+        self.send(line);
+        self.reply()
+    }
+
+    /// Send a command without waiting for its report.
+    pub fn send(&mut self, line: &str) {
+        writeln!(self.held.stdin, "{line}").unwrap();
+        self.held.stdin.flush().unwrap();
+    }
+
+    /// The report of the command sent last.
+    pub fn reply(&mut self) -> Value {
+        self.held.line()
+    }
+
+    /// Close every connection and wait for the client to exit.
+    pub fn close(self) {
+        let Held {
+            mut child, stdin, ..
+        } = self.held;
+        drop(stdin);
+        let _ = child.wait();
+    }
+}
+
 impl Drop for World {
     fn drop(&mut self) {
         if std::thread::panicking() {
@@ -799,6 +911,7 @@ impl Drop for World {
         for ns in [&self.pod, &self.node, &self.lb] {
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
         }
+        let _ = fs::remove_dir_all(Path::new("/etc/netns").join(&self.node));
         if !std::thread::panicking() {
             let _ = fs::remove_dir_all(&self.dir);
         }
