@@ -260,4 +260,43 @@ mod tests {
         ));
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// The error about a broken or mismatched key names the file, never its
+    /// contents: it is logged and counted as a reload failure.
+    #[test]
+    fn key_errors_do_not_quote_the_key() {
+        let dir = std::env::temp_dir().join(format!("hcp-proxy-tls-key-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        write_pki(&dir);
+        let body = "TOPSECRETKEYMATERIALx0123456789abcdefghijklmn";
+        std::fs::write(
+            dir.join("broken.key"),
+            format!("-----BEGIN PRIVATE KEY-----\n{body}\n-----END PRIVATE KEY-----\n"),
+        )
+        .unwrap();
+        let other_key = std::fs::read_to_string(dir.join("other.key")).unwrap();
+        for (file, secret_lines) in [
+            ("broken.key", vec![body.to_string()]),
+            (
+                "other.key",
+                other_key
+                    .lines()
+                    .filter(|l| !l.starts_with("-----"))
+                    .map(str::to_string)
+                    .collect(),
+            ),
+        ] {
+            let message = match TlsMaterial::load(&cfg(&dir, "ca.crt", file)) {
+                Err(e) => format!("{e} {e:?}"),
+                Ok(_) => panic!("{file} must be refused"),
+            };
+            for line in secret_lines {
+                assert!(
+                    !message.contains(&line),
+                    "{file}: the error quotes the key: {message}"
+                );
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
