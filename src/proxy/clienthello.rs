@@ -235,7 +235,12 @@ fn parse_sni(data: &[u8]) -> Result<Option<String>, HelloError> {
         }
         // Checked ASCII above, so this conversion cannot fail.
         let s = String::from_utf8_lossy(name);
-        host = Some(s.trim_end_matches('.').to_ascii_lowercase());
+        let s = s.trim_end_matches('.');
+        // "." alone (or only dots) names no host; an empty SNI is not one.
+        if s.is_empty() {
+            return Err(m("host_name is not a DNS name"));
+        }
+        host = Some(s.to_ascii_lowercase());
     }
     Ok(host)
 }
@@ -385,6 +390,20 @@ mod tests {
         let mut b = build(None, &[], 0, None);
         b[5] = 2;
         assert!(matches!(parse(&b, 16384), Err(HelloError::Malformed(_))));
+    }
+
+    #[test]
+    fn dots_only_host_name_is_malformed() {
+        // "." used to come back as an empty SNI, breaking the documented
+        // shape (the fuzz target's invariant).
+        for name in [".", "..."] {
+            let b = build(Some(name), &[], 0, None);
+            assert_eq!(
+                parse(&b, 16384),
+                Err(HelloError::Malformed("host_name is not a DNS name")),
+                "{name:?}"
+            );
+        }
     }
 
     #[test]

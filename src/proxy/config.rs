@@ -568,6 +568,31 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     })
 }
 
+/// A YAML double-quoted scalar. JSON quoting is not enough: YAML forbids raw
+/// DEL, C1 controls and U+FFFE/U+FFFF, and YAML 1.1 folds NEL, LS and PS as
+/// line breaks, so those are escaped too.
+fn yaml_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control()
+                || matches!(
+                    c,
+                    '\u{2028}' | '\u{2029}' | '\u{feff}' | '\u{fffe}' | '\u{ffff}'
+                ) =>
+            {
+                out.push_str(&format!("\\u{:04x}", u32::from(c)))
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 fn dur(d: Duration) -> String {
     let ms = d.as_millis();
     if ms.is_multiple_of(3_600_000) {
@@ -584,7 +609,7 @@ fn dur(d: Duration) -> String {
 /// The effective config as YAML, every default filled in (`--check-config`).
 impl fmt::Display for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
+        let q = yaml_quote;
         let list = |v: &[String]| {
             format!(
                 "[{}]",
@@ -736,6 +761,26 @@ admin: {address: "[::1]:9445"}
         assert_eq!(c.admin, Some("[::1]:9445".parse().unwrap()));
         assert_eq!(c.listen.interface, "lo");
         assert_eq!(c.passthrough_server_names, vec!["api.x.example.com"]);
+        assert_eq!(validate(parse(&c.to_string()).unwrap()).unwrap(), c);
+    }
+
+    #[test]
+    fn printed_config_escapes_what_yaml_cannot_carry_raw() {
+        // Found by fuzzing: a NEL in listen.interface was printed raw and read
+        // back as a space. DEL, LS and U+FEFF are as bad (rejected or folded).
+        let c = validate(
+            parse(
+                r#"
+mode: passthrough
+upstream: {serverName: a.example.com, caFile: "/ca\x7f\u2029"}
+listen: {interface: "e\u0085\u2028\ufeff"}
+log: {level: "a\x7fb\"c\\d\te"}
+"#,
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(c.log_level, "a\u{7f}b\"c\\d\te");
         assert_eq!(validate(parse(&c.to_string()).unwrap()).unwrap(), c);
     }
 

@@ -13,6 +13,9 @@ pub mod config;
 pub mod conn;
 pub mod copy;
 pub mod dns;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzz_checks;
 pub mod metrics;
 pub mod netlink;
 pub mod proxy_protocol;

@@ -30,9 +30,15 @@ fn v6(ip: IpAddr) -> Ipv6Addr {
 }
 
 /// Write a PROXY v2 `PROXY` header for a TCP connection from `src` to `dst`
-/// with an authority TLV. Mixed families are sent as IPv6 (v4-mapped).
+/// with an authority TLV. Mixed families are sent as IPv6 (v4-mapped). The
+/// authority is cut to at most 255 bytes, at a character boundary.
 pub fn header(src: SocketAddr, dst: SocketAddr, authority: &str) -> Vec<u8> {
-    let authority = &authority.as_bytes()[..authority.len().min(255)];
+    // A cut inside a multi-byte character would send a TLV that is not UTF-8.
+    let mut cut = authority.len().min(255);
+    while !authority.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let authority = &authority.as_bytes()[..cut];
     let tlv_len = 3 + authority.len();
     let mut out = Vec::with_capacity(16 + 36 + tlv_len);
     out.extend_from_slice(&SIGNATURE);
@@ -165,6 +171,19 @@ mod tests {
         assert_eq!(h[13], TCP6);
         let (s, _) = parse(&h).unwrap().addresses.unwrap();
         assert_eq!(s.ip(), IpAddr::V6("::ffff:10.0.0.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn long_authority_is_cut_at_a_character_boundary() {
+        // A 2-byte character across byte 255 used to be split in half.
+        let a: SocketAddr = "1.2.3.4:1".parse().unwrap();
+        for pad in 250..256 {
+            let authority = format!("{}é.example", "a".repeat(pad));
+            let p = parse(&header(a, a, &authority)).unwrap();
+            let got = p.authority.unwrap();
+            assert!(got.len() <= 255 && authority.starts_with(&got), "{pad}");
+            assert!(got.len() >= 254, "cut more than one character: {pad}");
+        }
     }
 
     #[test]

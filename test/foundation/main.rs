@@ -4,6 +4,7 @@
 mod bad_input;
 mod crd;
 mod golden;
+mod properties;
 mod schema;
 
 use std::path::{Path, PathBuf};

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::{documents, inputs, upstream_schemas};
 
-fn upstream() -> Vec<Crd> {
+pub(crate) fn upstream() -> Vec<Crd> {
     crdschema::load_dir(&upstream_schemas()).expect("upstream CRDs load")
 }
 
@@ -17,7 +17,7 @@ fn ours() -> Crd {
 }
 
 /// The CRD that defines `obj`'s kind, if we have it.
-fn crd_for<'a>(crds: &'a [Crd], obj: &serde_json::Value) -> Option<&'a Crd> {
+pub(crate) fn crd_for<'a>(crds: &'a [Crd], obj: &serde_json::Value) -> Option<&'a Crd> {
     let api_version = obj["apiVersion"].as_str()?;
     let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
     crds.iter()
@@ -25,7 +25,7 @@ fn crd_for<'a>(crds: &'a [Crd], obj: &serde_json::Value) -> Option<&'a Crd> {
 }
 
 /// Validate strictly: unknown fields and CEL rules that cannot be evaluated fail too.
-fn check(crd: &Crd, obj: &serde_json::Value, what: &str) {
+pub(crate) fn check(crd: &Crd, obj: &serde_json::Value, what: &str) {
     let report = crd.validate_report(obj, &Options::strict());
     assert!(
         report.violations.is_empty(),
