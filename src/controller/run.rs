@@ -211,13 +211,13 @@ pub async fn run(
             _ = leader.acquired() => {}
             _ = shutdown.cancelled() => break,
         }
-        let installed = discover(&client, &settings.sources).await;
+        let (installed, complete) = discover(&client, &settings.sources).await;
         tracing::info!(routes = ?installed.routes.keys().collect::<Vec<_>>(), sources = ?installed.sources.iter().map(|s| s.0).collect::<Vec<_>>(), capi = installed.cluster.is_some(), "starting watches");
         let generation = shutdown.child_token();
         let rediscovery = tokio::spawn(restart_on_change(
             client.clone(),
             settings.clone(),
-            installed.clone(),
+            (installed.clone(), complete),
             generation.clone(),
         ));
         let lost = {
@@ -256,7 +256,10 @@ pub struct Installed {
     cluster: Option<ApiResource>,
 }
 
-async fn discover(client: &Client, wanted: &[SourceKind]) -> Installed {
+/// The installed kinds, and whether every lookup answered: `false` when a
+/// group failed to answer (not a 404), so the result may miss kinds that are
+/// in fact installed.
+async fn discover(client: &Client, wanted: &[SourceKind]) -> (Installed, bool) {
     let mut cache = HashMap::new();
     let mut routes = HashMap::new();
     for kind in RouteKind::ALL {
@@ -283,40 +286,48 @@ async fn discover(client: &Client, wanted: &[SourceKind]) -> Installed {
         Some(g) => g.recommended_kind("Cluster").map(|(r, _)| r),
         None => None,
     };
-    Installed {
+    let complete = cache.values().all(Result::is_ok);
+    let installed = Installed {
         routes,
         sources,
         cluster,
-    }
+    };
+    (installed, complete)
 }
+
+/// One API group from discovery, looked up once per discovery round:
+/// Ok(None) when it is not installed, Err(()) when discovery failed.
+type GroupLookup = Result<Option<Arc<discovery::ApiGroup>>, ()>;
 
 /// One API group from discovery, looked up once per discovery round.
 async fn group(
     client: &Client,
-    cache: &mut HashMap<String, Option<Arc<discovery::ApiGroup>>>,
+    cache: &mut HashMap<String, GroupLookup>,
     name: &str,
 ) -> Option<Arc<discovery::ApiGroup>> {
     if let Some(found) = cache.get(name) {
-        return found.clone();
+        return found.clone().ok().flatten();
     }
     let found = match discovery::group(client, name).await {
-        Ok(group) => Some(Arc::new(group)),
-        Err(kube::Error::Api(e)) if e.code == 404 => None,
+        Ok(group) => Ok(Some(Arc::new(group))),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
         Err(error) => {
-            tracing::warn!(%error, group = name, "discovery failed; treating the group as not installed until the next discovery");
-            None
+            tracing::warn!(%error, group = name, "discovery failed; looking again soon");
+            Err(())
         }
     };
     cache.insert(name.to_string(), found.clone());
-    found
+    found.ok().flatten()
 }
 
 /// Cancel `generation` when the set of installed kinds changes: on CRD
-/// events of the groups we care about, and every `rediscover` anyway.
+/// events of the groups we care about, and every `rediscover` anyway. A
+/// discovery that failed is never taken for a change (a kind would look
+/// removed); after one, discovery is repeated every `retry` until it answers.
 async fn restart_on_change(
     client: Client,
     settings: Settings,
-    installed: Installed,
+    (installed, mut complete): (Installed, bool),
     generation: CancellationToken,
 ) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -324,12 +335,18 @@ async fn restart_on_change(
         .default_backoff()
         .boxed();
     let mut synced = false;
-    let mut ticker = tokio::time::interval(settings.rediscover);
-    ticker.tick().await;
+    let period = |complete: bool| {
+        if complete {
+            settings.rediscover
+        } else {
+            settings.timing.retry
+        }
+    };
+    let mut deadline = tokio::time::Instant::now() + period(complete);
     loop {
         let relevant = tokio::select! {
             _ = generation.cancelled() => return,
-            _ = ticker.tick() => true,
+            _ = tokio::time::sleep_until(deadline) => true,
             event = events.next() => match event {
                 Some(Ok(watcher::Event::InitDone)) => { synced = true; false }
                 Some(Ok(watcher::Event::Apply(crd) | watcher::Event::Delete(crd))) => synced && relevant_group(&crd),
@@ -342,16 +359,22 @@ async fn restart_on_change(
         }
         // A new CRD shows up in discovery once established: look a few times.
         for _ in 0..10 {
-            if discover(&client, &settings.sources).await != installed {
+            let (now, answered) = discover(&client, &settings.sources).await;
+            complete = answered;
+            if answered && now != installed {
                 tracing::info!("installed kinds changed: restarting the watches");
                 generation.cancel();
                 return;
+            }
+            if !answered {
+                break;
             }
             tokio::select! {
                 _ = generation.cancelled() => return,
                 _ = tokio::time::sleep(Duration::from_millis(500)) => {}
             }
         }
+        deadline = tokio::time::Instant::now() + period(complete);
     }
 }
 

@@ -623,3 +623,71 @@ async fn a_renewal_conflict_does_not_cost_the_leader_its_leadership() {
     );
     running.stop().await;
 }
+
+/// A discovery that fails (not a 404) is looked at again after `retry`: the
+/// route kind is not taken for missing until the next full rediscovery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_discovery_is_retried_soon_not_taken_for_a_missing_kind() {
+    let m = management(&[]).await;
+    m.api
+        .fail_next(2, RequestMatch::new("discovery", "networking.k8s.io"), 500);
+    let running = start(m.client.clone());
+    apply_value(
+        &m.client,
+        cpi("discovered", json!({"className": "haproxy"}), json!({})),
+    )
+    .await;
+    // `retry` is 2 s in tests, `rediscover` 60 s.
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        wait_route(&m.client, RouteKind::Ingress, "discovered"),
+    )
+    .await
+    .expect("the Ingress within 20 s: discovery was repeated after `retry`, not `rediscover`");
+    let failed = m
+        .api
+        .request_log()
+        .iter()
+        .filter(|r| {
+            r.verb == "discovery" && r.path.contains("networking.k8s.io") && r.status == 500
+        })
+        .count();
+    assert_eq!(failed, 2, "the injected discovery failures were served");
+
+    // A failure in a later discovery (here triggered by a CRD change) is not
+    // a removed kind: the watches keep running, nothing is listed again.
+    let cpi_lists = || {
+        m.api
+            .request_log()
+            .iter()
+            .filter(|r| r.verb == "list" && r.path.contains("controlplaneingresses"))
+            .count()
+    };
+    let lists_before = cpi_lists();
+    let discoveries_before = m.api.request_log().len();
+    m.api
+        .fail_next(3, RequestMatch::new("discovery", "networking.k8s.io"), 500);
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(m.client.clone());
+    crds.patch(
+        "ingressroutetcps.traefik.io",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})),
+    )
+    .await
+    .unwrap();
+    eventually("a discovery after the CRD change", || async {
+        m.api.request_log()[discoveries_before..]
+            .iter()
+            .any(|r| r.verb == "discovery" && r.status == 500)
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        cpi_lists(),
+        lists_before,
+        "a failed discovery restarted the watches as if Ingress had been removed"
+    );
+    running.stop().await;
+}
