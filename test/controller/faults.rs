@@ -282,8 +282,7 @@ async fn create(client: &Client, value: &Value) {
     }
 }
 
-/// A workload cluster as its API server leaves it: namespaces, the
-/// `kubernetes` Service and Endpoints, an Azure cloud-controller-manager.
+/// A workload cluster as its API server leaves it (a name of its own in the logs).
 async fn workload_cluster(index: usize) -> TestApi {
     let api = TestApi::start_with(memkube::Options {
         name: format!("workload-{index}"),
@@ -291,41 +290,7 @@ async fn workload_cluster(index: usize) -> TestApi {
     })
     .await
     .unwrap();
-    let client = api.client();
-    for ns in ["default", "kube-system"] {
-        // memkube may serve some namespaces from the start.
-        let _ = Api::<Namespace>::all(client.clone())
-            .create(
-                &Default::default(),
-                &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
-            )
-            .await;
-    }
-    let as_apiserver = PatchParams::apply("kube-apiserver");
-    let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "kubernetes", "namespace": "default"},
-        "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "targetPort": 6443, "protocol": "TCP"}]}});
-    Api::<Service>::namespaced(client.clone(), "default")
-        .patch("kubernetes", &as_apiserver, &Patch::Apply(&service))
-        .await
-        .unwrap();
-    let endpoints = json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "kubernetes", "namespace": "default"},
-        "subsets": [{"addresses": [{"ip": "10.0.0.5"}], "ports": [{"name": "https", "port": 6443}]}]});
-    Api::<Endpoints>::namespaced(client.clone(), "default")
-        .patch("kubernetes", &as_apiserver, &Patch::Apply(&endpoints))
-        .await
-        .unwrap();
-    let ccm = json!({"apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "cloud-controller-manager", "namespace": "kube-system"},
-        "spec": {"selector": {"matchLabels": {"app": "ccm"}}, "template": {"metadata": {"labels": {"app": "ccm"}},
-            "spec": {"containers": [{"name": "ccm", "image": "registry.example/ccm:v1"}]}}}});
-    Api::<Deployment>::namespaced(client, "kube-system")
-        .patch(
-            "cloud-controller-manager",
-            &PatchParams::apply("helm"),
-            &Patch::Apply(&ccm),
-        )
-        .await
-        .unwrap();
+    crate::workload::seed_workload(&api).await;
     api
 }
 

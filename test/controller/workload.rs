@@ -32,6 +32,12 @@ pub(crate) const CA_KEY: &str = include_str!("../workload/fixtures/ca.key");
 /// `kubernetes` Service and its endpoints, and a cloud-controller-manager.
 pub(crate) async fn workload_cluster() -> TestApi {
     let api = TestApi::start().await;
+    seed_workload(&api).await;
+    api
+}
+
+/// What a workload API server holds before hcp-ingress touches it.
+pub(crate) async fn seed_workload(api: &TestApi) {
     let client = api.client();
     let namespaces: Api<Namespace> = Api::all(client.clone());
     for ns in ["default", "kube-system"] {
@@ -68,7 +74,6 @@ pub(crate) async fn workload_cluster() -> TestApi {
         )
         .await
         .unwrap();
-    api
 }
 
 /// Management side for `CLUSTER`: its Cluster (initialized), kubeconfig and CA Secrets.
