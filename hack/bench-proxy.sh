@@ -53,14 +53,9 @@ trap cleanup EXIT
 # --- PKI: cluster CA, tenant API certs (RSA-2048 like a kube-apiserver),
 # k0smotron's RSA-2048 proxy leaf, our ECDSA P-256 leaf.
 (
+  . hack/bench/pki.sh
   cd "$W"
-  openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj "/CN=bench cluster CA" 2>/dev/null
-  leaf() { # name keyopts san
-    openssl req -new -newkey "$2" -nodes -keyout "$1.key" -out "$1.csr" -subj "/CN=$1" $3 2>/dev/null
-    printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth\n' "$4" > "$1.ext"
-    openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -out "$1.crt" -extfile "$1.ext" 2>/dev/null
-    cat "$1.crt" "$1.key" > "$1.pem"
-  }
+  ca "bench cluster CA"
   leaf tenant-a rsa:2048 "" "DNS:$API"
   leaf tenant-b rsa:2048 "" "DNS:api.tenant-b.example.com"
   leaf k0s-rsa rsa:2048 "" "DNS:kubernetes.default.svc,IP:127.0.0.2,IP:127.0.0.3,IP:10.96.0.1"

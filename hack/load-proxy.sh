@@ -54,14 +54,9 @@ cleanup() {
 trap cleanup EXIT
 
 (
+  . hack/bench/pki.sh
   cd "$W"
-  openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj "/CN=load cluster CA" 2>/dev/null
-  leaf() { # name keyopts san
-    openssl req -new -newkey "$2" -nodes -keyout "$1.key" -out "$1.csr" -subj "/CN=$1" $3 2>/dev/null
-    printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth\n' "$4" > "$1.ext"
-    openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -out "$1.crt" -extfile "$1.ext" 2>/dev/null
-    cat "$1.crt" "$1.key" > "$1.pem"
-  }
+  ca "load cluster CA"
   leaf tenant-a rsa:2048 "" "DNS:$API"
   leaf k0s-rsa rsa:2048 "" "DNS:kubernetes.default.svc,IP:127.0.0.2,IP:127.0.0.3"
   leaf ecdsa ec "-pkeyopt ec_paramgen_curve:P-256" "DNS:kubernetes.default.svc,IP:127.0.0.2,IP:127.0.0.3"

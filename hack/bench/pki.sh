@@ -1,0 +1,16 @@
+# Test PKI for the benchmark rigs (sourced by hack/bench-proxy.sh and
+# hack/load-proxy.sh, inside their work folder): a cluster CA and leaves
+# signed by it, 2 days, serverAuth.
+
+# ca CN: ca.key and ca.crt, RSA-2048 like a kubeadm cluster CA.
+ca() {
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj "/CN=$1" 2>/dev/null
+}
+
+# leaf NAME KEYTYPE KEYOPTS SANS: NAME.key, NAME.crt and NAME.pem (both).
+leaf() {
+  openssl req -new -newkey "$2" -nodes -keyout "$1.key" -out "$1.csr" -subj "/CN=$1" $3 2>/dev/null
+  printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth\n' "$4" > "$1.ext"
+  openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -out "$1.crt" -extfile "$1.ext" 2>/dev/null
+  cat "$1.crt" "$1.key" > "$1.pem"
+}
