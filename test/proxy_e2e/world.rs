@@ -688,19 +688,7 @@ stream {{
         let n = n.to_string();
         let mut args = vec![SERVICE_IP, "443", n.as_str()];
         args.extend_from_slice(extra);
-        let mut child = self
-            .client_cmd("many", &args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut held = Held {
-            child,
-            stdin,
-            stdout,
-        };
+        let mut held = self.spawn_held("many", &args);
         let opened = held.line();
         Many { held, opened }
     }
@@ -796,21 +784,26 @@ stream {{
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
-    /// A connection that stays open: first response now, second on demand.
-    pub fn hold(&self, extra: &[&str]) -> Held {
+    /// The client in `mode`, driven line by line over its stdin and stdout.
+    fn spawn_held(&self, mode: &str, args: &[&str]) -> Held {
         let mut child = self
-            .client_cmd("hold", extra)
+            .client_cmd(mode, args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut h = Held {
+        Held {
             child,
             stdin,
             stdout,
-        };
+        }
+    }
+
+    /// A connection that stays open: first response now, second on demand.
+    pub fn hold(&self, extra: &[&str]) -> Held {
+        let mut h = self.spawn_held("hold", extra);
         let first = h.line();
         assert_eq!(
             first["ok"],
