@@ -391,55 +391,16 @@ impl World {
             "via",
             "fd00:244::1",
         ]);
-        for chain in ["PREROUTING", "OUTPUT"] {
-            let (svc, to) = (format!("{SERVICE_IP6}/128"), format!("[{ADVERTISE6}]:443"));
-            run(&[
-                "ip",
-                "netns",
-                "exec",
-                &self.node,
-                "ip6tables",
-                "-t",
-                "nat",
-                "-A",
-                chain,
-                "-d",
-                &svc,
-                "-p",
-                "tcp",
-                "--dport",
-                "443",
-                "-j",
-                "DNAT",
-                "--to-destination",
-                &to,
-            ]);
-        }
-        // kube-proxy's part: the service IP is DNATed to the advertise address,
-        // for pods (PREROUTING) and host-network processes (OUTPUT).
-        for chain in ["PREROUTING", "OUTPUT"] {
-            run(&[
-                "ip",
-                "netns",
-                "exec",
-                &self.node,
-                "iptables",
-                "-t",
-                "nat",
-                "-A",
-                chain,
-                "-d",
-                &format!("{SERVICE_IP}/32"),
-                "-p",
-                "tcp",
-                "--dport",
-                "443",
-                "-j",
-                "DNAT",
-                "--to-destination",
-                &format!("{ADVERTISE}:443"),
-            ]);
-        }
+        self.kube_proxy_dnat(
+            "ip6tables",
+            &format!("{SERVICE_IP6}/128"),
+            &format!("[{ADVERTISE6}]:443"),
+        );
+        self.kube_proxy_dnat(
+            "iptables",
+            &format!("{SERVICE_IP}/32"),
+            &format!("{ADVERTISE}:443"),
+        );
     }
 
     /// Start a process inside a namespace; output goes to a log file.
@@ -743,6 +704,34 @@ stream {{
 
     pub fn wait_ready(&self) {
         self.eventually("proxy /readyz = 200", || self.admin("/readyz").0 == 200);
+    }
+
+    /// kube-proxy's part: `service` DNATed to `to` in the node, for pods
+    /// (PREROUTING) and host-network processes (OUTPUT).
+    fn kube_proxy_dnat(&self, iptables: &str, service: &str, to: &str) {
+        for chain in ["PREROUTING", "OUTPUT"] {
+            run(&[
+                "ip",
+                "netns",
+                "exec",
+                &self.node,
+                iptables,
+                "-t",
+                "nat",
+                "-A",
+                chain,
+                "-d",
+                service,
+                "-p",
+                "tcp",
+                "--dport",
+                "443",
+                "-j",
+                "DNAT",
+                "--to-destination",
+                to,
+            ]);
+        }
     }
 
     fn client_cmd(&self, cmd: &str, extra: &[&str]) -> Command {
