@@ -165,6 +165,17 @@ fn cpi(extra_proxy: Value) -> Value {
                  "backend": {"serviceName": "kmc-wl", "apiPort": 30443}, "proxy": proxy}})
 }
 
+/// The usual start: both clusters connected, the controller running, and
+/// the ControlPlaneIngress of `CLUSTER` with `extra_proxy` applied.
+async fn installed(extra_proxy: Value) -> (Management, TestApi, Running) {
+    let m = management(&[]).await;
+    let w = workload_cluster().await;
+    connect(&m, &w).await;
+    let running = start(m.client.clone());
+    apply_value(&m.client, cpi(extra_proxy)).await;
+    (m, w, running)
+}
+
 async fn wait_object<K>(api: &Api<K>, name: &str) -> K
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
@@ -196,11 +207,7 @@ fn ca() -> CertificateAuthority {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn installs_the_proxy_with_its_config_and_a_certificate_minted_from_the_cluster_ca() {
-    let m = management(&[]).await;
-    let w = workload_cluster().await;
-    connect(&m, &w).await;
-    let running = start(m.client.clone());
-    apply_value(&m.client, cpi(json!({}))).await;
+    let (m, w, running) = installed(json!({})).await;
 
     let wc = w.client();
     let config_map = wait_object(
@@ -341,11 +348,7 @@ async fn a_certificate_past_two_thirds_of_its_life_is_reminted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoints_are_steered_and_an_overwrite_is_detected() {
-    let m = management(&[]).await;
-    let w = workload_cluster().await;
-    connect(&m, &w).await;
-    let running = start(m.client.clone());
-    apply_value(&m.client, cpi(json!({}))).await;
+    let (m, w, running) = installed(json!({})).await;
     let endpoints: Api<Endpoints> = Api::namespaced(w.client(), "default");
     let steered = eventually("steered endpoints", || async {
         let e = endpoints.get("kubernetes").await.ok()?;
@@ -406,11 +409,7 @@ async fn endpoints_are_steered_and_an_overwrite_is_detected() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_steering_patches_only_the_fields_it_needs() {
-    let m = management(&[]).await;
-    let w = workload_cluster().await;
-    connect(&m, &w).await;
-    let running = start(m.client.clone());
-    apply_value(&m.client, cpi(json!({"steering": "service"}))).await;
+    let (m, w, running) = installed(json!({"steering": "service"})).await;
     let services: Api<Service> = Api::namespaced(w.client(), "default");
     let service = eventually("the steered Service", || async {
         let s = services.get("kubernetes").await.ok()?;
@@ -432,11 +431,7 @@ async fn service_steering_patches_only_the_fields_it_needs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ccm_gets_the_service_env_while_other_managers_keep_their_fields() {
-    let m = management(&[]).await;
-    let w = workload_cluster().await;
-    connect(&m, &w).await;
-    let running = start(m.client.clone());
-    apply_value(&m.client, cpi(json!({}))).await;
+    let (m, w, running) = installed(json!({})).await;
     let deployments: Api<Deployment> = Api::namespaced(w.client(), "kube-system");
     let env_of = |d: &Deployment| -> BTreeMap<String, String> {
         d.spec
