@@ -1005,6 +1005,19 @@ impl State {
         out.as_deref().cloned().unwrap_or(Value::Null)
     }
 
+    /// Every object (group-resource, key, object) with an owner reference to `uid`.
+    fn dependents(&self, uid: &str) -> Vec<((String, String), Key, Arc<Value>)> {
+        self.collections
+            .iter()
+            .flat_map(|(gr, c)| {
+                c.objects
+                    .iter()
+                    .filter(|(_, o)| owner_uids(o).iter().any(|u| u == uid))
+                    .map(|(k, o)| (gr.clone(), k.clone(), o.clone()))
+            })
+            .collect()
+    }
+
     fn delete_inner(
         &mut self,
         spec: &ResourceSpec,
@@ -1019,17 +1032,7 @@ impl State {
         let is_ns = spec.group.is_empty() && spec.plural == "namespaces";
         if propagation == Some("Orphan") {
             // Orphaned dependents lose their owner reference to this object.
-            let deps: Vec<_> = self
-                .collections
-                .iter()
-                .flat_map(|(gr, c)| {
-                    c.objects
-                        .iter()
-                        .filter(|(_, o)| owner_uids(o).contains(&uid))
-                        .map(|(k, o)| (gr.clone(), k.clone(), o.clone()))
-                })
-                .collect();
-            for (gr, (dns, dname), o) in deps {
+            for (gr, (dns, dname), o) in self.dependents(&uid) {
                 let Some(dspec) = self.spec_for(&gr) else {
                     continue;
                 };
@@ -1091,17 +1094,7 @@ impl State {
             return written;
         }
         if propagation == Some("Foreground") {
-            let deps: Vec<_> = self
-                .collections
-                .iter()
-                .flat_map(|(gr, c)| {
-                    c.objects
-                        .iter()
-                        .filter(|(_, o)| owner_uids(o).contains(&uid))
-                        .map(|(k, _)| (gr.clone(), k.clone()))
-                })
-                .collect();
-            for (gr, (dns, dname)) in deps {
+            for (gr, (dns, dname), _) in self.dependents(&uid) {
                 if let Some(dspec) = self.spec_for(&gr) {
                     self.delete_inner(&dspec, &dns, &dname, Some("Foreground"), history, queue);
                 }
