@@ -1666,3 +1666,56 @@ mod controller {
         handle.abort();
     }
 }
+
+/// Garbage collection by owner reference: `Orphan` strips the reference and
+/// keeps the dependent; `Foreground` and `Background` delete it.
+#[tokio::test]
+async fn deletion_propagation_orphans_or_deletes_dependents() {
+    let api = TestApi::start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(api.client(), "default");
+    let pp = PostParams::default();
+    for (policy, dependent_survives) in [
+        (DeleteParams::orphan(), true),
+        (DeleteParams::foreground(), false),
+        (DeleteParams::background(), false),
+    ] {
+        let owner = cms.create(&pp, &cm("owner", &[], &[])).await.unwrap();
+        let mut dependent = cm("dependent", &[], &[]);
+        dependent.metadata.owner_references = Some(vec![
+            serde_json::from_value(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+                "uid": owner.metadata.uid.clone().unwrap()}),
+            )
+            .unwrap(),
+        ]);
+        cms.create(&pp, &dependent).await.unwrap();
+        cms.delete("owner", &policy).await.unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let owner_gone = cms.get_opt("owner").await.unwrap().is_none();
+            let left = cms.get_opt("dependent").await.unwrap();
+            if owner_gone && left.is_some() == dependent_survives {
+                if let Some(left) = left {
+                    assert!(
+                        left.metadata
+                            .owner_references
+                            .unwrap_or_default()
+                            .is_empty(),
+                        "an orphan loses its owner reference"
+                    );
+                    cms.delete("dependent", &DeleteParams::default())
+                        .await
+                        .unwrap();
+                }
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{:?}: owner gone {owner_gone}, dependent left {}",
+                policy.propagation_policy,
+                left.is_some()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
