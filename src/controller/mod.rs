@@ -387,12 +387,55 @@ impl Context {
         let event = Event {
             type_,
             reason: reason.into(),
-            note: Some(note),
+            note: Some(event_note(note)),
             action: action.into(),
             secondary: None,
         };
         if let Err(error) = self.recorder.publish(&event, &reference).await {
             tracing::warn!(%error, "failed to publish an event");
+        }
+    }
+}
+/// The API server's limit on an Event's note, in bytes.
+pub const EVENT_NOTE_LIMIT: usize = 1024;
+
+/// A note the API server accepts: longer ones (an API error quoting a whole
+/// object, say) are cut to their first, most useful part, on a character
+/// boundary, marked with an ellipsis; an Event over the limit would be
+/// rejected and only a log line would remain.
+pub fn event_note(note: String) -> String {
+    if note.len() <= EVENT_NOTE_LIMIT {
+        return note;
+    }
+    const MARK: &str = "…";
+    let mut end = EVENT_NOTE_LIMIT - MARK.len();
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{MARK}", &note[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{EVENT_NOTE_LIMIT, event_note};
+
+    #[test]
+    fn event_notes_fit_the_api_limit_and_keep_their_start() {
+        let short = "ServiceOverwritten: re-applied".to_string();
+        assert_eq!(event_note(short.clone()), short);
+        let exact = "a".repeat(EVENT_NOTE_LIMIT);
+        assert_eq!(event_note(exact.clone()), exact);
+        let long = format!("failed to apply EndpointSlice: {}", "x".repeat(4000));
+        let cut = event_note(long);
+        assert_eq!(cut.len(), EVENT_NOTE_LIMIT);
+        assert!(cut.starts_with("failed to apply EndpointSlice: xxx"));
+        assert!(cut.ends_with('…'));
+        // A multi-byte character across the limit is never split.
+        for offset in 0..4 {
+            let text = format!("{}{}", "a".repeat(offset + 1010), "é€𝄞".repeat(20));
+            let cut = event_note(text.clone());
+            assert!(cut.len() <= EVENT_NOTE_LIMIT, "{}", cut.len());
+            assert!(text.starts_with(cut.trim_end_matches('…')));
         }
     }
 }

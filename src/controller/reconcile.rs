@@ -10,12 +10,7 @@ use k8s_openapi::{
 use kube::{
     Api, Resource, ResourceExt,
     api::{DynamicObject, Patch, PatchParams},
-    runtime::{
-        controller::Action,
-        events::EventType,
-        finalizer::{self, Event as FinalizerEvent, finalizer},
-        reflector::ObjectRef,
-    },
+    runtime::{controller::Action, events::EventType, reflector::ObjectRef},
 };
 use serde_json::json;
 
@@ -83,29 +78,90 @@ async fn with_finalizer(cpi: Arc<ControlPlaneIngress>, ctx: &Context) -> Result<
     ctx.leader.ensure_leader()?;
     let api: Api<ControlPlaneIngress> =
         Api::namespaced(ctx.client.clone(), &cpi.namespace().unwrap_or_default());
-    finalizer(&api, FINALIZER, cpi, |event| async move {
-        match event {
-            FinalizerEvent::Apply(cpi) => reconcile_stages(&cpi, ctx).await,
-            FinalizerEvent::Cleanup(cpi) => cleanup(&cpi, ctx).await,
+    let ours = cpi.finalizers().iter().any(|f| f == FINALIZER);
+    if cpi.metadata.deletion_timestamp.is_some() {
+        if !ours {
+            return Ok(Action::await_change());
         }
-    })
-    .await
-    .map_err(|e| match e {
-        finalizer::Error::ApplyFailed(e) | finalizer::Error::CleanupFailed(e) => e,
-        // The JSON patch's `test` failed: our cached copy was older than the
-        // object (the finalizer is already there). Not worth an Event.
-        finalizer::Error::AddFinalizer(kube::Error::Api(e)) if e.code == 422 || e.code == 409 => {
-            Error::Stale
+        let action = cleanup(&cpi, ctx).await?;
+        set_finalizer(&api, &cpi, false).await?;
+        return Ok(action);
+    }
+    if !ours {
+        set_finalizer(&api, &cpi, true).await?;
+    }
+    reconcile_stages(&cpi, ctx).await
+}
+
+/// Field manager of our finalizer alone: applying it with [`MANAGER`] would
+/// drop the spec fields a source adapter applied with that manager.
+pub const FINALIZER_MANAGER: &str = "hcp-ingress-finalizer";
+
+/// Add or remove our finalizer with server-side apply: a set-list entry owned
+/// by its own manager, so a stale cached copy can neither conflict nor
+/// remove anyone else's finalizer.
+async fn set_finalizer(
+    api: &Api<ControlPlaneIngress>,
+    cpi: &ControlPlaneIngress,
+    present: bool,
+) -> Result<(), Error> {
+    let finalizers: Vec<&str> = if present { vec![FINALIZER] } else { Vec::new() };
+    let patch = json!({
+        "apiVersion": ControlPlaneIngress::api_version(&()),
+        "kind": ControlPlaneIngress::kind(&()),
+        "metadata": {"name": cpi.name_any(), "finalizers": finalizers},
+    });
+    let name = cpi.name_any();
+    let applied = api
+        .patch(
+            &name,
+            &PatchParams::apply(FINALIZER_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await;
+    match applied {
+        Ok(live) if present || !live.finalizers().iter().any(|f| f == FINALIZER) => Ok(()),
+        // Added by an earlier version with a JSON patch (another manager owns
+        // it): remove it by position, checked by value.
+        Ok(live) => {
+            let index = live.finalizers().iter().position(|f| f == FINALIZER);
+            let Some(index) = index else { return Ok(()) };
+            let path = format!("/metadata/finalizers/{index}");
+            let ops: json_patch::Patch = serde_json::from_value(json!([
+                {"op": "test", "path": path, "value": FINALIZER},
+                {"op": "remove", "path": path},
+            ]))
+            .expect("a valid JSON patch");
+            api.patch(&name, &PatchParams::default(), &Patch::<()>::Json(ops))
+                .await
+                .map(drop)
+                .map_err(|e| Error::Finalizer(e.to_string()))
         }
-        other => Error::Finalizer(other.to_string()),
-    })
+        // Gone already: nothing holds it.
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(Error::Finalizer(e.to_string())),
+    }
 }
 
 async fn cleanup(cpi: &ControlPlaneIngress, ctx: &Context) -> Result<Action, Error> {
-    let note = workload::cleanup(ctx, cpi).await.map_err(Error::Cleanup)?;
-    ctx.event(cpi, EventType::Normal, "WorkloadCleanedUp", "Delete", note)
-        .await;
-    Ok(Action::await_change())
+    match workload::cleanup(ctx, cpi).await.map_err(Error::Cleanup)? {
+        workload::Removal::Removed(note) => {
+            ctx.event(cpi, EventType::Normal, "WorkloadCleanedUp", "Delete", note)
+                .await;
+            Ok(Action::await_change())
+        }
+        // The deletion waits: removing the route and the proxy now would cut
+        // every pod of the workload cluster off its API server.
+        workload::Removal::Kept(note) => {
+            let conditions = vec![Desired::failed(
+                types::ENDPOINTS_STEERED,
+                "RestoreNotPossible",
+                note.clone(),
+            )];
+            write_status(ctx, cpi, &conditions, None, true).await?;
+            Err(Error::Cleanup(note))
+        }
+    }
 }
 
 async fn reconcile_stages(cpi: &ControlPlaneIngress, ctx: &Context) -> Result<Action, Error> {

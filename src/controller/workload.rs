@@ -22,6 +22,8 @@ use kube::{
 };
 use md5::{Digest, Md5};
 
+mod steering;
+
 use super::{
     Context, apply, redact,
     status::{Desired, types},
@@ -174,10 +176,14 @@ pub async fn reconcile(
 ) -> Outcome {
     let spec = workload::proxy_spec(cpi);
     if !spec.enabled {
-        return Outcome {
-            conditions: disabled(),
-            proxy: None,
-            requeue: None,
+        return match cpi.status.as_ref().and_then(|s| s.proxy.as_ref()) {
+            // Installed before: opting out gives default/kubernetes back, then removes the proxy.
+            Some(_) => opt_out(ctx, cpi).await,
+            None => Outcome {
+                conditions: disabled(),
+                proxy: None,
+                requeue: None,
+            },
         };
     }
     if control_plane_initialized(cluster) == Some(false) {
@@ -207,6 +213,59 @@ pub async fn reconcile(
             outcome
         }
         Err(u) => unreachable(ctx, cpi, u),
+    }
+}
+
+/// `spec.proxy.enabled` turned false on an installed proxy: the same removal as a deletion.
+async fn opt_out(ctx: &Context, cpi: &ControlPlaneIngress) -> Outcome {
+    // Until the removal is done the status keeps the proxy, so it is retried.
+    let installed = cpi
+        .status
+        .as_ref()
+        .and_then(|s| s.proxy.as_ref())
+        .map(|p| (p.desired_nodes, p.ready_nodes));
+    match cleanup(ctx, cpi).await {
+        Ok(Removal::Removed(note)) => {
+            ctx.event(
+                cpi,
+                kube::runtime::events::EventType::Normal,
+                "SteeringRestored",
+                "Workload",
+                note.clone(),
+            )
+            .await;
+            let off = "spec.proxy.enabled is false";
+            Outcome {
+                conditions: vec![
+                    Desired::ok(
+                        types::PROXY_READY,
+                        "ProxyDisabled",
+                        format!("{off}: {note}"),
+                    ),
+                    Desired::ok(types::ENDPOINTS_STEERED, "Restored", note),
+                ],
+                proxy: None,
+                requeue: None,
+            }
+        }
+        Ok(Removal::Kept(note)) => Outcome {
+            conditions: vec![Desired::failed(
+                types::ENDPOINTS_STEERED,
+                "RestoreNotPossible",
+                note,
+            )],
+            proxy: installed,
+            requeue: Some(ctx.settings.retry * 10),
+        },
+        Err(message) => Outcome {
+            conditions: vec![Desired::failed(
+                types::ENDPOINTS_STEERED,
+                "RestoreFailed",
+                message,
+            )],
+            proxy: installed,
+            requeue: Some(ctx.backoff.next(&workload_key(cpi))),
+        },
     }
 }
 
@@ -379,8 +438,15 @@ async fn install(
         Err(e) => return Ok(stopped(conditions, "InvalidSpec", e.to_string(), None)),
     };
 
+    // Record what default/kubernetes holds before our first steering write,
+    // and give back what another steering mode took (a switch is our change).
+    let take_over = steering::take_over(ctx, client, spec.steering).await?;
     // Steering first looks at what is there: a rewrite by someone else is news.
-    let service_drift = service_drift(client, &objects).await?;
+    let service_drift = if take_over.steered_before {
+        service_drift(client, &objects).await?
+    } else {
+        Vec::new()
+    };
     let mut seen = Vec::new();
     for object in objects.to_dynamic().map_err(|e| Unreachable {
         reason: "RenderFailed",
@@ -389,12 +455,17 @@ async fn install(
         let was = apply_object(ctx, client, object.clone()).await?;
         seen.push((object, was));
     }
+    let switched = take_over.switched.clone();
+    steering::applied(ctx, client, take_over, spec.steering).await?;
+    if let Some(switched) = &switched {
+        tracing::info!(object = %crate::render::describe(cpi), %switched, "steering switched");
+    }
     let mut drift = endpoints_drift(&objects, &seen);
     drift.extend(service_drift);
     let drift =
         ctx.workload_clients
             .remember_drift(&workload_key(cpi), drift, ctx.settings.retry * 10);
-    conditions.push(steered(&objects, drift));
+    conditions.push(steered(&objects, drift, switched));
     if conditions
         .last()
         .is_some_and(|c| c.status != super::status::Status::True)
@@ -588,17 +659,22 @@ fn endpoints_drift(
     )
 }
 
-fn steered(objects: &ProxyObjects, drift: Vec<String>) -> Desired {
+fn steered(objects: &ProxyObjects, drift: Vec<String>, switched: Option<String>) -> Desired {
+    let switched = switched.map(|s| format!(" ({s})")).unwrap_or_default();
     match (&objects.steering, drift.is_empty()) {
         (SteeringObjects::AdvertiseAddress { .. }, true) => Desired::ok(
             types::ENDPOINTS_STEERED,
             "AdvertiseAddress",
-            "default/kubernetes Endpoints and EndpointSlice point at the node-local proxy address",
+            format!(
+                "default/kubernetes Endpoints and EndpointSlice point at the node-local proxy address{switched}"
+            ),
         ),
         (SteeringObjects::Service { .. }, true) => Desired::ok(
             types::ENDPOINTS_STEERED,
             "ServiceSelector",
-            "the kubernetes Service selects the node proxy (internalTrafficPolicy: Local)",
+            format!(
+                "the kubernetes Service selects the node proxy (internalTrafficPolicy: Local){switched}"
+            ),
         ),
         (SteeringObjects::AdvertiseAddress { .. }, false) => Desired::failed(
             types::ENDPOINTS_STEERED,
@@ -829,10 +905,20 @@ fn container_names(workload: &DynamicObject) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Remove what we installed (ConfigMap, Secret, DaemonSet). The steering
-/// objects stay: deleting them would cut the cluster's in-cluster API path.
-/// Returns a note for the Event.
-pub async fn cleanup(ctx: &Context, cpi: &ControlPlaneIngress) -> Result<String, String> {
+/// What a removal did.
+pub enum Removal {
+    /// default/kubernetes was given back and the proxy removed: what was done.
+    Removed(String),
+    /// Nothing safe could be given back: the proxy stays, and why.
+    Kept(String),
+}
+
+/// Remove what we installed, in the order that keeps the in-cluster API path:
+/// first give `default/kubernetes` back what steering took (from the record
+/// made before the first steering write), then remove the DaemonSet, Secret
+/// and ConfigMap, last the record. When nothing safe can be given back the
+/// proxy stays: a cluster is never left steered at a proxy that is gone.
+pub async fn cleanup(ctx: &Context, cpi: &ControlPlaneIngress) -> Result<Removal, String> {
     let namespace = cpi.namespace().unwrap_or_default();
     let client = match ctx
         .workload_clients
@@ -842,9 +928,20 @@ pub async fn cleanup(ctx: &Context, cpi: &ControlPlaneIngress) -> Result<String,
         Ok(client) => client,
         // No kubeconfig: the cluster is gone or was never reachable; nothing of ours to remove.
         Err(u) if u.reason == "KubeconfigMissing" => {
-            return Ok("no workload cluster to clean up".into());
+            return Ok(Removal::Removed("no workload cluster to clean up".into()));
         }
         Err(u) => return Err(u.message),
+    };
+    let restored = match steering::give_back(ctx, &client)
+        .await
+        .map_err(|u| u.message)?
+    {
+        Ok(summary) => summary,
+        Err(why) => {
+            return Ok(Removal::Kept(format!(
+                "kept the node proxy, default/kubernetes still points at it: {why}"
+            )));
+        }
     };
     let mut removed = Vec::new();
     for (resource, kind) in [
@@ -873,12 +970,13 @@ pub async fn cleanup(ctx: &Context, cpi: &ControlPlaneIngress) -> Result<String,
             removed.push(format!("{kind} {NAMESPACE}/{NAME}"));
         }
     }
-    Ok(format!(
-        "removed {}; default/kubernetes still points at the node proxy address: restart the API server with its endpoint reconciler to restore it",
+    steering::forget(ctx, &client).await?;
+    Ok(Removal::Removed(format!(
+        "restored {restored}; removed {}",
         if removed.is_empty() {
             "nothing".to_string()
         } else {
             removed.join(", ")
         }
-    ))
+    )))
 }

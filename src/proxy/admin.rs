@@ -20,6 +20,10 @@ impl Health for Shared {
     fn metrics(&self) -> String {
         self.metrics.encode()
     }
+
+    fn revision(&self) -> Option<&str> {
+        self.revision.as_deref()
+    }
 }
 
 /// Serve `/healthz`, `/readyz` and `/metrics` until the process ends.

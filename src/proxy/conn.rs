@@ -592,6 +592,7 @@ mod size_tests {
             pool: crate::proxy::upstream::Pool::new(),
             listening: Default::default(),
             reloaded: Default::default(),
+            revision: None,
         })
     }
 

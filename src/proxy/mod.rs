@@ -42,6 +42,11 @@ pub struct ProxyArgs {
     /// Log format; overrides `log.format` of the config file.
     #[arg(long, value_enum, env = "HCP_PROXY_LOG_FORMAT")]
     pub log_format: Option<LogFormat>,
+    /// The pod template revision this process runs: `/readyz/<revision>`
+    /// answers ready only here, so that during a surge rollout the old pod,
+    /// which shares the admin port, never vouches for the new one.
+    #[arg(long, env = "HCP_PROXY_REVISION")]
+    pub revision: Option<String>,
 }
 
 /// Name the config key a TLS loading error is about.
@@ -165,7 +170,7 @@ pub fn main(args: ProxyArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(server::run(state, path)) {
+    match runtime.block_on(server::run(state, path, args.revision)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "proxy stopped");

@@ -65,6 +65,8 @@ pub struct Shared {
     pub listening: AtomicBool,
     /// Wakes the address task after a reload.
     pub reloaded: Notify,
+    /// The pod template revision (`--revision`), for `/readyz/<revision>`.
+    pub revision: Option<String>,
 }
 
 impl Shared {
@@ -305,7 +307,11 @@ async fn terminated() {
 }
 
 /// Run until SIGTERM, then drain. `config_path` is watched for reloads.
-pub async fn run(state: State, config_path: std::path::PathBuf) -> Result<(), ServerError> {
+pub async fn run(
+    state: State,
+    config_path: std::path::PathBuf,
+    revision: Option<String>,
+) -> Result<(), ServerError> {
     let cfg = state.cfg.clone();
     if cfg.listen.manage_address {
         let (iface, ip) = (cfg.listen.interface.clone(), cfg.listen.addr.ip());
@@ -330,6 +336,7 @@ pub async fn run(state: State, config_path: std::path::PathBuf) -> Result<(), Se
         pool: Pool::new(),
         listening: AtomicBool::new(false),
         reloaded: Notify::new(),
+        revision,
     });
     if let Some(admin) = cfg.admin {
         let l = bind(admin, 128).map_err(|source| ServerError::Listen {

@@ -7,6 +7,7 @@
 
 mod ccm;
 mod proxy;
+mod steering;
 
 use std::{collections::BTreeMap, fmt, net::IpAddr, time::SystemTime};
 
@@ -26,6 +27,10 @@ pub use proxy::{
     ADMIN_PORT, CONFIG_DIR, CONFIG_FILE, RESTART_HASH_ANNOTATION, TLS_DIR, proxy_capabilities,
     proxy_config, proxy_port,
 };
+pub use steering::{
+    RECORD_KEY, RECORD_NAME, Restore, ServiceFields, SteeringRecord, parse_record, record,
+    record_config_map, restore,
+};
 
 use crate::{
     api::{
@@ -42,7 +47,9 @@ pub const NAME: &str = "hcp-ingress-proxy";
 /// `app.kubernetes.io/name`, which also selects the proxy pods.
 pub const NAME_LABEL: &str = "app.kubernetes.io/name";
 /// Value of `endpointslice.kubernetes.io/managed-by` on the EndpointSlice we write.
-pub const ENDPOINT_SLICE_MANAGER: &str = "hcp-ingress.dev/controller";
+/// A label value: no `/` (the API server rejects one), named like
+/// Kubernetes' own `endpointslice-controller.k8s.io`.
+pub const ENDPOINT_SLICE_MANAGER: &str = "controller.hcp-ingress.dev";
 /// Label that keeps the EndpointSlice mirroring controller off our Endpoints.
 pub const SKIP_MIRROR_LABEL: &str = "endpointslice.kubernetes.io/skip-mirror";
 /// First address of the usual service CIDR (`10.96.0.0/12`).

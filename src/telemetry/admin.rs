@@ -18,6 +18,10 @@ pub trait Health: Send + Sync + 'static {
     }
     /// Prometheus text exposition for `/metrics`.
     fn metrics(&self) -> String;
+    /// The pod template revision this process runs (`/readyz/<revision>`).
+    fn revision(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// Route a request line to (status, content type, body). Pure.
@@ -32,6 +36,26 @@ pub fn respond(request_line: &str, health: &dyn Health) -> (u16, &'static str, S
         "/healthz" | "/livez" => (200, "text/plain", "ok\n".into()),
         "/readyz" if health.ready() => (200, "text/plain", "ready\n".into()),
         "/readyz" => (503, "text/plain", health.not_ready_reason()),
+        // Two revisions of a hostNetwork pod share the admin port during a
+        // surge rollout (SO_REUSEPORT) and the kernel hands a probe to either:
+        // only the process of the revision asked for may answer ready.
+        revision if revision.starts_with("/readyz/") => {
+            let asked = &revision["/readyz/".len()..];
+            match health.revision() {
+                Some(own) if own == asked && health.ready() => {
+                    (200, "text/plain", "ready\n".into())
+                }
+                Some(own) if own == asked => (503, "text/plain", health.not_ready_reason()),
+                own => (
+                    503,
+                    "text/plain",
+                    format!(
+                        "revision {asked} is not this process (revision {})\n",
+                        own.unwrap_or("none")
+                    ),
+                ),
+            }
+        }
         "/metrics" => (
             200,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
@@ -132,5 +156,34 @@ mod tests {
         assert_eq!(respond("GET /metrics HTTP/1.1", &Fixed(true)).2, "m 1\n");
         assert_eq!(respond("POST /healthz HTTP/1.1", &Fixed(true)).0, 405);
         assert_eq!(respond("GET /nope HTTP/1.1", &Fixed(true)).0, 404);
+    }
+
+    struct Revision(&'static str, bool);
+    impl Health for Revision {
+        fn ready(&self) -> bool {
+            self.1
+        }
+        fn metrics(&self) -> String {
+            String::new()
+        }
+        fn revision(&self) -> Option<&str> {
+            Some(self.0)
+        }
+    }
+
+    #[test]
+    fn a_revision_probe_is_ready_only_from_the_process_of_that_revision() {
+        // The old pod of a surge rollout answers the new pod's probe: not ready.
+        let old = Revision("aaa", true);
+        let (code, _, body) = respond("GET /readyz/bbb HTTP/1.1", &old);
+        assert_eq!(code, 503);
+        assert!(body.contains("revision bbb is not this process (revision aaa)"));
+        assert_eq!(respond("GET /readyz/aaa HTTP/1.1", &old).0, 200);
+        assert_eq!(
+            respond("GET /readyz/aaa HTTP/1.1", &Revision("aaa", false)).0,
+            503
+        );
+        // A process started without a revision never vouches for one.
+        assert_eq!(respond("GET /readyz/aaa HTTP/1.1", &Fixed(true)).0, 503);
     }
 }

@@ -290,7 +290,7 @@ async fn workload_cluster(index: usize) -> TestApi {
     })
     .await
     .unwrap();
-    crate::workload::seed_workload(&api).await;
+    crate::workload::seed_workload(&api.client(), false).await;
     api
 }
 
@@ -436,7 +436,7 @@ async fn scrape(addr: std::net::SocketAddr) -> Figures {
 }
 
 fn writes_without_leases(api: &TestApi) -> Vec<String> {
-    writes(api)
+    mem_writes(api)
         .into_iter()
         .filter(|w| !w.contains("/leases/"))
         .collect()
@@ -450,7 +450,7 @@ async fn converges_after_random_faults_and_a_restart_with_nothing_lost_or_duplic
         "error,kube_client::client::builder=off",
     );
     let started = Instant::now();
-    let m = Arc::new(management(&[]).await);
+    let m = Arc::new(management_in_memory(&[]).await);
     Api::<Namespace>::all(m.client.clone())
         .create(
             &Default::default(),
@@ -464,7 +464,7 @@ async fn converges_after_random_faults_and_a_restart_with_nothing_lost_or_duplic
     for j in 0..count {
         workloads.push(workload_cluster(j).await);
     }
-    let servers = || std::iter::once(&m.api).chain(workloads.iter());
+    let servers = || std::iter::once(m.api.mem()).chain(workloads.iter());
     let faults = |share: f64, lost: f64, seed: u64| RandomFaults {
         seed,
         reads: share,
@@ -499,7 +499,7 @@ async fn converges_after_random_faults_and_a_restart_with_nothing_lost_or_duplic
         tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 tokio::time::sleep(Duration::from_millis(1500)).await;
-                m.api.drop_watches();
+                m.api.mem().drop_watches();
             }
         })
     };
@@ -507,7 +507,10 @@ async fn converges_after_random_faults_and_a_restart_with_nothing_lost_or_duplic
     let setup = started.elapsed();
 
     // Replica A: started, then killed mid-way with reconciles in flight.
-    let a = Process::start(m.api.url(), settings("replica-a", Duration::from_secs(300)));
+    let a = Process::start(
+        m.api.mem().url(),
+        settings("replica-a", Duration::from_secs(300)),
+    );
     create_all(&m.client, during_a, &workloads).await;
     let cpis_api = cpis(&m.client);
     let phase_a = Instant::now();
@@ -531,7 +534,7 @@ async fn converges_after_random_faults_and_a_restart_with_nothing_lost_or_duplic
     // rate for a while, then none.
     set_faults(0.05, 0.02);
     let (b_settings, b_metrics) = with_metrics(settings("replica-b", Duration::from_secs(300)));
-    let b = start_with(m.client.clone(), b_settings);
+    let b = m.start_with(b_settings);
     let b_started = Instant::now();
     // Once B holds the Lease (A's expires first), the rest arrives.
     let leases: Api<Lease> = Api::namespaced(m.client.clone(), LEASE_NAMESPACE);
@@ -611,7 +614,7 @@ async fn converges_after_random_faults_and_a_restart_with_nothing_lost_or_duplic
         server.clear_request_log();
     }
     let (c_settings, c_metrics) = with_metrics(settings("replica-c", Duration::from_secs(5)));
-    let c = start_with(m.client.clone(), c_settings);
+    let c = m.start_with(c_settings);
     eprintln!(
         "[{:?}] objects checked, replica C started",
         started.elapsed()
@@ -647,10 +650,10 @@ async fn converges_after_random_faults_and_a_restart_with_nothing_lost_or_duplic
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let c_figures = scrape(c_metrics).await;
-    let mut steady = writes_without_leases(&m.api);
+    let mut steady = writes_without_leases(m.api.mem());
     for (j, w) in workloads.iter().enumerate() {
         steady.extend(
-            writes(w)
+            mem_writes(w)
                 .into_iter()
                 .map(|line| format!("workload-{j}: {line}")),
         );

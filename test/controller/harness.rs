@@ -1,6 +1,13 @@
-//! Shared set-up: a memkube with the upstream CRDs and ours, a running controller, polling.
+//! Shared set-up: the management and workload API servers (real
+//! kube-apiservers by default, memkube where a test injects faults), a
+//! running controller, polling.
 
-use std::{future::Future, path::Path, time::Duration};
+use std::{
+    future::Future,
+    path::Path,
+    sync::{Mutex, OnceLock},
+    time::Duration,
+};
 
 use hcp_ingress::{
     api::ControlPlaneIngress,
@@ -8,42 +15,341 @@ use hcp_ingress::{
     controller::{Settings, run},
     render::RouteKind,
 };
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::{
+    api::core::v1::Namespace,
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
 use kube::{
     Api, Client,
     api::{DynamicObject, Patch, PatchParams, PostParams},
 };
-use memkube::TestApi;
+use memkube::{RequestRecord, TestApi};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 pub const NS: &str = "tenants";
-
-/// A management cluster: memkube with CRDs loaded.
-pub struct Management {
-    pub api: TestApi,
-    pub client: Client,
+/// The namespace and ServiceAccount `clusterctl init --addon hcp-ingress` installs.
+pub const CONTROLLER_NAMESPACE: &str = "hcp-ingress-system";
+pub const CONTROLLER_SERVICE_ACCOUNT: &str = "hcp-ingress-controller-manager";
+/// The user the controller authenticates as on a real API server.
+pub fn controller_user() -> String {
+    format!("system:serviceaccount:{CONTROLLER_NAMESPACE}:{CONTROLLER_SERVICE_ACCOUNT}")
 }
 
-/// Upstream CRD files, by name prefix, to load (all when `except` is empty).
-pub async fn management(except: &[&str]) -> Management {
-    let api = TestApi::start().await;
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/schemas");
-    for entry in std::fs::read_dir(&dir).expect("../shared/schemas exists beside the repository") {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_string_lossy().to_string();
-        if name.ends_with(".yaml") && !except.iter().any(|e| name.starts_with(e)) {
-            api.load_crds(&path)
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
+/// An API server under test.
+pub enum Server {
+    /// The in-memory API: for injected faults (5xx, dropped watches, latency).
+    Mem(TestApi),
+    /// A real etcd + kube-apiserver (+ kube-controller-manager).
+    Real(Box<Real>),
+}
+
+/// A real control plane and where its request log was last cleared.
+pub struct Real {
+    pub cluster: realkube::Cluster,
+    log_from: Mutex<usize>,
+}
+
+impl Server {
+    /// A real control plane (see realkube::Options), failing the test when
+    /// the binaries are missing: never a silent fall back to memkube.
+    pub async fn start_real(opts: realkube::Options) -> Server {
+        let cluster = realkube::Cluster::start(opts)
+            .await
+            .unwrap_or_else(|e| panic!("a real API server for the test: {e}"));
+        Server::Real(Box::new(Real {
+            cluster,
+            log_from: Mutex::new(0),
+        }))
+    }
+
+    /// A client with every permission (the test's own).
+    pub fn client(&self) -> Client {
+        match self {
+            Server::Mem(api) => api.client(),
+            Server::Real(real) => real.cluster.admin_client(),
         }
+    }
+
+    /// An admin kubeconfig, as CAPI writes `<cluster>-kubeconfig`.
+    pub fn kubeconfig_yaml(&self) -> String {
+        match self {
+            Server::Mem(api) => api.kubeconfig_yaml(),
+            Server::Real(real) => real.cluster.kubeconfig_yaml(),
+        }
+    }
+
+    /// The memkube behind this server, for fault injection.
+    pub fn mem(&self) -> &TestApi {
+        match self {
+            Server::Mem(api) => api,
+            Server::Real(_) => panic!("fault injection needs the in-memory API server"),
+        }
+    }
+
+    /// The real control plane behind this server.
+    pub fn real(&self) -> &realkube::Cluster {
+        match self {
+            Server::Real(real) => &real.cluster,
+            Server::Mem(_) => panic!("this test needs a real API server"),
+        }
+    }
+
+    /// Requests served since the last [`Server::clear_request_log`]; on a
+    /// real server from its audit log, with the user name as user agent.
+    pub fn request_log(&self) -> Vec<RequestRecord> {
+        match self {
+            Server::Mem(api) => api.request_log(),
+            Server::Real(real) => {
+                let from = *real.log_from.lock().unwrap();
+                real.cluster.request_log()[from.min(real.cluster.request_log().len())..]
+                    .iter()
+                    .map(|r| RequestRecord {
+                        verb: r.verb.clone(),
+                        method: String::new(),
+                        path: r.path.clone(),
+                        query: r
+                            .uri
+                            .split_once('?')
+                            .map(|(_, q)| q.to_string())
+                            .unwrap_or_default(),
+                        field_manager: None,
+                        user_agent: format!("{} {}", r.user, r.user_agent),
+                        status: r.status,
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// Forget the requests served so far.
+    pub fn clear_request_log(&self) {
+        match self {
+            Server::Mem(api) => api.clear_request_log(),
+            Server::Real(real) => *real.log_from.lock().unwrap() = real.cluster.request_log().len(),
+        }
+    }
+
+    /// Create the CRDs of a YAML file and wait until they are served.
+    pub async fn load_crds(&self, path: &Path) {
+        match self {
+            Server::Mem(api) => {
+                api.load_crds(path)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            }
+            Server::Real(_) => {
+                let text = std::fs::read_to_string(path).unwrap();
+                let client = self.client();
+                for doc in documents(&text) {
+                    if doc["kind"] == "CustomResourceDefinition" {
+                        apply_crd(&client, doc).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The YAML documents of a text, as JSON values (empty ones skipped).
+pub fn documents(text: &str) -> Vec<Value> {
+    serde_saphyr::from_multiple::<Value>(text)
+        .unwrap_or_else(|e| panic!("YAML: {e}"))
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// Create or update a CRD and wait until it is Established.
+async fn apply_crd(client: &Client, crd: Value) {
+    let name = crd["metadata"]["name"].as_str().unwrap().to_string();
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.patch(
+        &name,
+        &PatchParams::apply("test-setup").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("CRD {name}: {e}"));
+    eventually(&format!("CRD {name} Established"), || async {
+        let crd = api.get_opt(&name).await.ok()??;
+        crd.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    // Established comes before the watch cache is filled (a list answers 429
+    // "storage is (re)initializing" until then): wait for a list to work.
+    let spec = &crd["spec"];
+    let version = spec["versions"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["served"] == true))
+        .and_then(|v| v["name"].as_str())
+        .unwrap();
+    let gvk = kube::api::GroupVersionKind::gvk(
+        spec["group"].as_str().unwrap(),
+        version,
+        spec["names"]["kind"].as_str().unwrap(),
+    );
+    let resource = kube::api::ApiResource::from_gvk_with_plural(
+        &gvk,
+        spec["names"]["plural"].as_str().unwrap(),
+    );
+    let objects: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    eventually(&format!("{name} served"), || async {
+        objects
+            .list(&kube::api::ListParams::default().limit(1))
+            .await
+            .ok()
+            .map(drop)
+    })
+    .await;
+}
+
+/// A management cluster: the API server with the upstream CRDs and ours,
+/// and the identity the controller runs as.
+pub struct Management {
+    pub api: Server,
+    /// The test's own client (admin).
+    pub client: Client,
+    /// The controller's client: on a real server the release
+    /// ServiceAccount with the RBAC of config/, so a missing permission fails.
+    pub controller: Client,
+    /// The kubeconfig of `controller`.
+    pub controller_kubeconfig: String,
+}
+
+impl Management {
+    /// Start the controller with test settings (fast retries, no probes, no admin ports).
+    pub fn start(&self) -> Running {
+        start_with(self.controller.clone(), Settings::for_tests())
+    }
+
+    /// Start the controller with `settings`.
+    pub fn start_with(&self, settings: Settings) -> Running {
+        start_with(self.controller.clone(), settings)
+    }
+
+    /// The controller's requests that the API server rejected (4xx other than
+    /// 404 on a read, and 409 on a create, both of which the controller
+    /// expects), across the whole test.
+    pub fn controller_rejections(&self) -> Vec<String> {
+        rejections(self.api.real(), &controller_user())
+    }
+}
+
+/// Requests of `user` that `cluster` rejected.
+pub fn rejections(cluster: &realkube::Cluster, user: &str) -> Vec<String> {
+    cluster
+        .requests_by(user)
+        .into_iter()
+        .filter(|r| (400..500).contains(&r.status))
+        .filter(|r| {
+            !(r.status == 404 && matches!(r.verb.as_str(), "get" | "list" | "delete" | "discovery"))
+        })
+        .filter(|r| !(r.status == 409 && r.verb == "create"))
+        .map(|r| format!("{} {} {}: {}", r.verb, r.uri, r.status, r.message))
+        .collect()
+}
+
+/// A real management cluster: kube-apiserver with RBAC and the
+/// OwnerReferencesPermissionEnforcement admission plugin, the garbage
+/// collector, the upstream CRDs (all but those whose file name starts with
+/// one of `except`), and what `clusterctl init --addon hcp-ingress` installs
+/// from config/ (CRD, ServiceAccount, RBAC).
+pub async fn management(except: &[&str]) -> Management {
+    let api = Server::start_real(realkube::Options {
+        name: "management".into(),
+        controller_manager: true,
+        admission_plugins: vec!["OwnerReferencesPermissionEnforcement".into()],
+        ..realkube::Options::default()
+    })
+    .await;
+    let client = api.client();
+    for path in upstream_crds(except) {
+        api.load_crds(&path).await;
+    }
+    for object in release_components() {
+        match object["kind"].as_str().unwrap_or_default() {
+            "CustomResourceDefinition" => apply_crd(&client, object).await,
+            "Deployment" | "Service" => {}
+            _ => drop(apply_as(&client, object, "clusterctl").await),
+        }
+    }
+    create_namespace(&client, NS).await;
+    let token = api
+        .real()
+        .service_account_token(CONTROLLER_NAMESPACE, CONTROLLER_SERVICE_ACCOUNT)
+        .await;
+    let controller = api.real().client_with_token(&token).await;
+    let controller_kubeconfig = api.real().kubeconfig_for("controller", &token);
+    Management {
+        api,
+        client,
+        controller,
+        controller_kubeconfig,
+    }
+}
+
+/// An in-memory management cluster, for tests that inject API faults. The
+/// controller runs with the admin client there (memkube has no RBAC).
+pub async fn management_in_memory(except: &[&str]) -> Management {
+    let api = TestApi::start().await;
+    for path in upstream_crds(except) {
+        api.load_crds(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     }
     let ours: Value = serde_saphyr::from_str(&crd_yaml()).unwrap();
     api.add_crd(ours).unwrap();
     let client = api.client();
+    create_namespace(&client, NS).await;
+    let controller_kubeconfig = api.kubeconfig_yaml();
+    Management {
+        api: Server::Mem(api),
+        controller: client.clone(),
+        client,
+        controller_kubeconfig,
+    }
+}
+
+fn upstream_crds(except: &[&str]) -> Vec<std::path::PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/schemas");
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .expect("../shared/schemas exists beside the repository")
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            name.ends_with(".yaml") && !except.iter().any(|e| name.starts_with(e))
+        })
+        .collect();
+    paths.sort();
+    paths
+}
+
+/// `kubectl kustomize config/default`, as `clusterctl init --addon` installs it.
+pub fn release_components() -> Vec<Value> {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    let text = TEXT.get_or_init(|| {
+        let out = std::process::Command::new("kubectl")
+            .args(["kustomize", "config/default"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("kubectl runs (hack/install-test-deps.sh installs it)");
+        assert!(
+            out.status.success(),
+            "kubectl kustomize config/default: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    });
+    documents(text)
+}
+
+pub async fn create_namespace(client: &Client, name: &str) {
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    let ns = serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
+    let ns = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
     let _ = namespaces.create(&PostParams::default(), &ns).await;
-    Management { api, client }
 }
 
 /// A running controller; stops (and waits) on `stop`.
@@ -62,11 +368,7 @@ impl Running {
     }
 }
 
-/// Start the controller with test settings (fast retries, no probes, no admin ports).
-pub fn start(client: Client) -> Running {
-    start_with(client, Settings::for_tests())
-}
-
+/// Start the controller on `client` with `settings`.
 pub fn start_with(client: Client, settings: Settings) -> Running {
     hcp_ingress::telemetry::init_logging(hcp_ingress::telemetry::LogFormat::Text, "warn");
     let token = CancellationToken::new();
@@ -98,6 +400,11 @@ where
 
 /// Apply an object as a user would (`kubectl apply --server-side`).
 pub async fn apply_value(client: &Client, value: Value) -> DynamicObject {
+    apply_as(client, value, "test-user").await
+}
+
+/// Apply an object with the field manager `manager`.
+pub async fn apply_as(client: &Client, value: Value, manager: &str) -> DynamicObject {
     let obj: DynamicObject = serde_json::from_value(value.clone()).unwrap();
     let types = obj.types.clone().unwrap();
     let (group, version) = types
@@ -105,21 +412,24 @@ pub async fn apply_value(client: &Client, value: Value) -> DynamicObject {
         .rsplit_once('/')
         .unwrap_or(("", &types.api_version));
     let gvk = kube::api::GroupVersionKind::gvk(group, version, &types.kind);
-    let (resource, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
     let ns = obj
         .metadata
         .namespace
         .clone()
         .unwrap_or_else(|| NS.to_string());
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
+    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+    let api: Api<DynamicObject> = match caps.scope {
+        kube::discovery::Scope::Namespaced => Api::namespaced_with(client.clone(), &ns, &resource),
+        kube::discovery::Scope::Cluster => Api::all_with(client.clone(), &resource),
+    };
     let name = obj.metadata.name.clone().unwrap();
     api.patch(
         &name,
-        &PatchParams::apply("test-user").force(),
+        &PatchParams::apply(manager).force(),
         &Patch::Apply(&value),
     )
     .await
-    .unwrap()
+    .unwrap_or_else(|e| panic!("apply {} {ns}/{name}: {e}", types.kind))
 }
 
 pub fn cpis(client: &Client) -> Api<ControlPlaneIngress> {
@@ -178,11 +488,29 @@ pub fn example(name: &str) -> String {
     .unwrap()
 }
 
-/// Writes (anything but reads) in the request log.
-pub fn writes(api: &TestApi) -> Vec<String> {
-    api.request_log()
-        .into_iter()
-        .filter(|r| !matches!(r.verb.as_str(), "get" | "list" | "watch" | "discovery"))
+/// Writes (anything but reads) in the request log; on a real server only
+/// the controller's: the API server's own controllers write too.
+pub fn writes(api: &Server) -> Vec<String> {
+    match api {
+        Server::Mem(mem) => mem_writes(mem),
+        Server::Real(_) => {
+            let controller = controller_user();
+            write_lines(
+                api.request_log()
+                    .into_iter()
+                    .filter(|r| r.user_agent.starts_with(&controller)),
+            )
+        }
+    }
+}
+
+/// Writes in a memkube's request log.
+pub fn mem_writes(api: &TestApi) -> Vec<String> {
+    write_lines(api.request_log().into_iter())
+}
+
+fn write_lines(log: impl Iterator<Item = RequestRecord>) -> Vec<String> {
+    log.filter(|r| !matches!(r.verb.as_str(), "get" | "list" | "watch" | "discovery"))
         .map(|r| format!("{} {} {}", r.verb, r.path, r.status))
         .collect()
 }

@@ -11,6 +11,7 @@ use k8s_openapi::api::{coordination::v1::Lease, events::v1::Event, networking::v
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, DynamicObject, ListParams},
+    config::{KubeConfigOptions, Kubeconfig},
 };
 use memkube::RequestMatch;
 use serde_json::{Value, json};
@@ -68,7 +69,7 @@ async fn each_source_kind_becomes_a_control_plane_ingress_and_its_route() {
             )
             .await;
     }
-    let running = start(m.client.clone());
+    let running = m.start();
     // (example, namespace, ControlPlaneIngress name, route kind, route name)
     let cases = [
         (
@@ -162,7 +163,7 @@ async fn each_source_kind_becomes_a_control_plane_ingress_and_its_route() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_flavor_creates_its_route_kind_with_its_passthrough_setting() {
     let m = management(&[]).await;
-    let running = start(m.client.clone());
+    let running = m.start();
     let flavors = [
         (
             "haproxy",
@@ -232,7 +233,7 @@ async fn each_flavor_creates_its_route_kind_with_its_passthrough_setting() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switching_flavor_replaces_the_route_and_deploy_false_removes_it() {
     let m = management(&[]).await;
-    let running = start(m.client.clone());
+    let running = m.start();
     apply_value(
         &m.client,
         cpi("switch", json!({"className": "haproxy"}), json!({})),
@@ -273,7 +274,7 @@ async fn a_paused_cluster_gets_no_writes_until_resumed() {
     let cluster = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
         "metadata": {"name": "paused", "namespace": NS}, "spec": {"paused": true}});
     apply_value(&m.client, cluster.clone()).await;
-    let running = start(m.client.clone());
+    let running = m.start();
     apply_value(
         &m.client,
         cpi("paused", json!({"className": "nginx"}), json!({})),
@@ -308,7 +309,7 @@ async fn a_paused_cluster_gets_no_writes_until_resumed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_spec_is_a_condition_and_an_event_and_deletes_nothing() {
     let m = management(&[]).await;
-    let running = start(m.client.clone());
+    let running = m.start();
     apply_value(
         &m.client,
         cpi("bad", json!({"className": "haproxy"}), json!({})),
@@ -358,7 +359,7 @@ async fn an_invalid_spec_is_a_condition_and_an_event_and_deletes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_route_crd_is_a_condition_and_the_route_follows_the_crd() {
     let m = management(&["gateway.networking.k8s.io_tlsroutes"]).await;
-    let running = start(m.client.clone());
+    let running = m.start();
     apply_value(
         &m.client,
         cpi(
@@ -377,7 +378,7 @@ async fn a_missing_route_crd_is_a_condition_and_the_route_follows_the_crd() {
 
     let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../shared/schemas/gateway.networking.k8s.io_tlsroutes.yaml");
-    m.api.load_crds(&crd).unwrap();
+    m.api.load_crds(&crd).await;
     wait_route(&m.client, RouteKind::TlsRoute, "gw-api").await;
     wait_condition(&m.client, "gw", "RouteReady", "True").await;
     running.stop().await;
@@ -385,16 +386,18 @@ async fn a_missing_route_crd_is_a_condition_and_the_route_follows_the_crd() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_failures_are_retried_with_backoff_until_convergence() {
-    let m = management(&[]).await;
+    let m = management_in_memory(&[]).await;
     m.api
+        .mem()
         .fail_next(3, RequestMatch::new("apply", "/ingresses/"), 500);
     m.api
+        .mem()
         .fail_next(2, RequestMatch::new("patch", "/status"), 409);
-    m.api.add_latency(
+    m.api.mem().add_latency(
         RequestMatch::new("*", "/ingresses"),
         Duration::from_millis(100),
     );
-    let running = start(m.client.clone());
+    let running = m.start();
     apply_value(
         &m.client,
         cpi("faulty", json!({"className": "haproxy"}), json!({})),
@@ -418,31 +421,38 @@ async fn api_failures_are_retried_with_backoff_until_convergence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_leader_election_only_the_leader_writes_and_hands_over_on_shutdown() {
     let m = management(&[]).await;
-    let replica = |identity: &str| {
+    let replica = |identity: &'static str| {
         let mut settings = Settings::for_tests();
+        // The Lease lives where config/rbac lets the controller write it.
         settings.lease = Some(LeaseConfig {
             name: "hcp-ingress-controller".into(),
-            namespace: NS.into(),
+            namespace: CONTROLLER_NAMESPACE.into(),
             identity: identity.into(),
             lease_duration: Duration::from_secs(4),
             renew_deadline: Duration::from_secs(3),
             retry_period: Duration::from_millis(200),
         });
-        let mut config = kube::Config::new(m.api.url().parse().unwrap());
-        config.headers.push((
-            http::header::USER_AGENT,
-            http::HeaderValue::from_str(identity).unwrap(),
-        ));
-        start_with(kube::Client::try_from(config).unwrap(), settings)
+        let kubeconfig = Kubeconfig::from_yaml(&m.controller_kubeconfig).unwrap();
+        async move {
+            let mut config =
+                kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                    .await
+                    .unwrap();
+            config.headers.push((
+                http::header::USER_AGENT,
+                http::HeaderValue::from_str(identity).unwrap(),
+            ));
+            start_with(kube::Client::try_from(config).unwrap(), settings)
+        }
     };
-    let a = replica("replica-a");
-    let leases: Api<Lease> = Api::namespaced(m.client.clone(), NS);
+    let a = replica("replica-a").await;
+    let leases: Api<Lease> = Api::namespaced(m.client.clone(), CONTROLLER_NAMESPACE);
     eventually("replica-a leads", || async {
         let lease = leases.get_opt("hcp-ingress-controller").await.ok()??;
         (lease.spec?.holder_identity? == "replica-a").then_some(())
     })
     .await;
-    let b = replica("replica-b");
+    let b = replica("replica-b").await;
     apply_value(
         &m.client,
         cpi("led", json!({"className": "haproxy"}), json!({})),
@@ -451,10 +461,12 @@ async fn with_leader_election_only_the_leader_writes_and_hands_over_on_shutdown(
     wait_route(&m.client, RouteKind::Ingress, "led").await;
     wait_condition(&m.client, "led", "RouteReady", "True").await;
     let writers = |log: Vec<memkube::RequestRecord>| {
+        let controller = controller_user();
         log.into_iter()
             .filter(|r| {
                 !matches!(r.verb.as_str(), "get" | "list" | "watch" | "discovery")
                     && !r.path.contains("/leases")
+                    && r.user_agent.starts_with(&controller)
             })
             .map(|r| r.user_agent)
             .collect::<std::collections::BTreeSet<_>>()
@@ -488,7 +500,7 @@ async fn with_leader_election_only_the_leader_writes_and_hands_over_on_shutdown(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_restarted_at_steady_state_makes_no_writes() {
     let m = management(&[]).await;
-    let running = start(m.client.clone());
+    let running = m.start();
     for (name, route) in [
         ("s1", json!({"controller": "haproxy"})),
         ("s2", json!({"controller": "traefik"})),
@@ -507,7 +519,7 @@ async fn a_controller_restarted_at_steady_state_makes_no_writes() {
     running.stop().await;
 
     m.api.clear_request_log();
-    let running = start(m.client.clone());
+    let running = m.start();
     // Wait until the restarted controller listed everything, then give it time to reconcile.
     eventually(
         "the restarted controller lists ControlPlaneIngresses",
@@ -538,7 +550,7 @@ async fn deleting_the_control_plane_ingress_removes_what_it_created() {
                "spec": {"parentRefs": [{"name": "g"}], "hostnames": ["x.example.com"], "rules": [{"backendRefs": [{"name": "s", "port": 1}]}]}}),
     )
     .await;
-    let running = start(m.client.clone());
+    let running = m.start();
     apply_value(
         &m.client,
         cpi(
@@ -572,7 +584,7 @@ async fn deleting_the_control_plane_ingress_removes_what_it_created() {
 /// keeps its watches instead of stopping and listing everything again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_conflict_does_not_cost_the_leader_its_leadership() {
-    let m = management(&[]).await;
+    let m = management_in_memory(&[]).await;
     let mut settings = Settings::for_tests();
     settings.lease = Some(LeaseConfig {
         name: "hcp-ingress-controller".into(),
@@ -582,14 +594,14 @@ async fn a_renewal_conflict_does_not_cost_the_leader_its_leadership() {
         renew_deadline: Duration::from_secs(4),
         retry_period: Duration::from_millis(100),
     });
-    let running = start_with(m.client.clone(), settings);
+    let running = m.start_with(settings);
     apply_value(
         &m.client,
         cpi("steady", json!({"className": "haproxy"}), json!({})),
     )
     .await;
     wait_condition(&m.client, "steady", "RouteReady", "True").await;
-    let cpi_lists = |api: &memkube::TestApi| {
+    let cpi_lists = |api: &Server| {
         api.request_log()
             .iter()
             .filter(|r| r.verb == "list" && r.path.contains("controlplaneingresses"))
@@ -604,6 +616,7 @@ async fn a_renewal_conflict_does_not_cost_the_leader_its_leadership() {
         .count();
 
     m.api
+        .mem()
         .fail_next(3, RequestMatch::new("update", "/leases/"), 409);
     // Well past the three failed renewals, well within the renew deadline.
     eventually("three more renewals", || async {
@@ -628,10 +641,11 @@ async fn a_renewal_conflict_does_not_cost_the_leader_its_leadership() {
 /// route kind is not taken for missing until the next full rediscovery.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_discovery_is_retried_soon_not_taken_for_a_missing_kind() {
-    let m = management(&[]).await;
+    let m = management_in_memory(&[]).await;
     m.api
+        .mem()
         .fail_next(2, RequestMatch::new("discovery", "networking.k8s.io"), 500);
-    let running = start(m.client.clone());
+    let running = m.start();
     apply_value(
         &m.client,
         cpi("discovered", json!({"className": "haproxy"}), json!({})),
@@ -666,6 +680,7 @@ async fn a_failed_discovery_is_retried_soon_not_taken_for_a_missing_kind() {
     let lists_before = cpi_lists();
     let discoveries_before = m.api.request_log().len();
     m.api
+        .mem()
         .fail_next(3, RequestMatch::new("discovery", "networking.k8s.io"), 500);
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
         Api::all(m.client.clone());

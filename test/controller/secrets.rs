@@ -132,7 +132,7 @@ async fn no_key_or_token_reaches_logs_conditions_or_events() {
     )
     .await;
 
-    let running = start(m.client.clone());
+    let running = m.start();
     for name in ["good", "badca", "badkc"] {
         apply_value(&m.client, cpi(name)).await;
     }

@@ -28,17 +28,32 @@ const CLUSTER: &str = "wl";
 pub(crate) const CA_CRT: &str = include_str!("../workload/fixtures/ca.crt");
 pub(crate) const CA_KEY: &str = include_str!("../workload/fixtures/ca.key");
 
-/// A workload cluster as the API server leaves it: namespaces, the
-/// `kubernetes` Service and its endpoints, and a cloud-controller-manager.
-pub(crate) async fn workload_cluster() -> TestApi {
-    let api = TestApi::start().await;
-    seed_workload(&api).await;
-    api
+/// A workload cluster as a hosted control plane leaves it: a real API server
+/// run with `--endpoint-reconciler-type=none` (as steering needs), the
+/// `kubernetes` Endpoints and EndpointSlice written by the control plane
+/// provider, and a cloud-controller-manager.
+pub(crate) async fn workload_cluster() -> Server {
+    let server = Server::start_real(realkube::Options {
+        name: "workload".into(),
+        endpoint_reconciler: "none".into(),
+        ..realkube::Options::default()
+    })
+    .await;
+    seed_workload(&server.client(), true).await;
+    server
 }
 
-/// What a workload API server holds before hcp-ingress touches it.
-pub(crate) async fn seed_workload(api: &TestApi) {
-    let client = api.client();
+/// An in-memory workload cluster, for tests that inject API faults.
+pub(crate) async fn workload_cluster_in_memory() -> Server {
+    let server = Server::Mem(TestApi::start().await);
+    seed_workload(&server.client(), true).await;
+    server
+}
+
+/// What a workload API server holds before hcp-ingress touches it: a `real`
+/// one made the `kubernetes` Service itself.
+pub(crate) async fn seed_workload(client: &Client, real: bool) {
+    let client = client.clone();
     let namespaces: Api<Namespace> = Api::all(client.clone());
     for ns in ["default", "kube-system"] {
         let _ = namespaces
@@ -48,19 +63,34 @@ pub(crate) async fn seed_workload(api: &TestApi) {
             )
             .await;
     }
-    let as_apiserver = PatchParams::apply("kube-apiserver");
-    let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "kubernetes", "namespace": "default"},
-        "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "targetPort": 6443, "protocol": "TCP"}]}});
-    Api::<Service>::namespaced(client.clone(), "default")
-        .patch("kubernetes", &as_apiserver, &Patch::Apply(&service))
-        .await
-        .unwrap();
-    let endpoints = json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "kubernetes", "namespace": "default"},
-        "subsets": [{"addresses": [{"ip": "10.0.0.5"}], "ports": [{"name": "https", "port": 6443}]}]});
+    // The control plane provider's manager (Kamaji's, say): the API server
+    // runs without its endpoint reconciler.
+    let as_provider = PatchParams::apply("kube-apiserver");
+    if !real {
+        let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "kubernetes", "namespace": "default"},
+            "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "targetPort": 6443, "protocol": "TCP"}]}});
+        Api::<Service>::namespaced(client.clone(), "default")
+            .patch("kubernetes", &as_provider, &Patch::Apply(&service))
+            .await
+            .unwrap();
+    }
+    let endpoints = json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "kubernetes", "namespace": "default",
+            "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+        "subsets": [{"addresses": [{"ip": "10.0.0.5"}], "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]}]});
     Api::<Endpoints>::namespaced(client.clone(), "default")
-        .patch("kubernetes", &as_apiserver, &Patch::Apply(&endpoints))
+        .patch("kubernetes", &as_provider, &Patch::Apply(&endpoints))
         .await
         .unwrap();
+    if real {
+        let slice = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "kubernetes", "namespace": "default", "labels": {"kubernetes.io/service-name": "kubernetes"}},
+            "addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.5"], "conditions": {"ready": true}}],
+            "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]});
+        Api::<EndpointSlice>::namespaced(client.clone(), "default")
+            .patch("kubernetes", &as_provider, &Patch::Apply(&slice))
+            .await
+            .unwrap();
+    }
     let ccm = json!({"apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "cloud-controller-manager", "namespace": "kube-system"},
         "spec": {"selector": {"matchLabels": {"app": "ccm"}}, "template": {"metadata": {"labels": {"app": "ccm"}},
@@ -77,7 +107,7 @@ pub(crate) async fn seed_workload(api: &TestApi) {
 }
 
 /// Management side for `CLUSTER`: its Cluster (initialized), kubeconfig and CA Secrets.
-async fn connect(m: &Management, workload: &TestApi) {
+async fn connect(m: &Management, workload: &Server) {
     initialized_cluster(m, CLUSTER).await;
     put_secret(
         &m.client,
@@ -167,11 +197,11 @@ fn cpi(extra_proxy: Value) -> Value {
 
 /// The usual start: both clusters connected, the controller running, and
 /// the ControlPlaneIngress of `CLUSTER` with `extra_proxy` applied.
-async fn installed(extra_proxy: Value) -> (Management, TestApi, Running) {
+async fn installed(extra_proxy: Value) -> (Management, Server, Running) {
     let m = management(&[]).await;
     let w = workload_cluster().await;
     connect(&m, &w).await;
-    let running = start(m.client.clone());
+    let running = m.start();
     apply_value(&m.client, cpi(extra_proxy)).await;
     (m, w, running)
 }
@@ -325,7 +355,7 @@ async fn a_certificate_past_two_thirds_of_its_life_is_reminted() {
         .await
         .unwrap();
 
-    let running = start(m.client.clone());
+    let running = m.start();
     apply_value(&m.client, cpi(json!({}))).await;
     let renewed = eventually("a new certificate", || async {
         let s = secrets.get("hcp-ingress-proxy").await.ok()?;
@@ -502,10 +532,11 @@ async fn ccm_gets_the_service_env_while_other_managers_keep_their_fields() {
 async fn an_unreachable_workload_api_is_a_condition_then_converges_and_a_rotated_kubeconfig_is_followed()
  {
     let m = management(&[]).await;
-    let w = workload_cluster().await;
+    let w = workload_cluster_in_memory().await;
     connect(&m, &w).await;
-    w.fail_next(1_000_000, RequestMatch::new("*", ""), 503);
-    let running = start(m.client.clone());
+    w.mem()
+        .fail_next(1_000_000, RequestMatch::new("*", ""), 503);
+    let running = m.start();
     apply_value(&m.client, cpi(json!({}))).await;
     let (reason, message) = wait_condition(&m.client, CLUSTER, "WorkloadReachable", "False").await;
     assert_eq!(reason, "WorkloadAPIError", "{message}");
@@ -517,7 +548,7 @@ async fn an_unreachable_workload_api_is_a_condition_then_converges_and_a_rotated
         w.request_log().len() - attempts
     );
 
-    w.clear_faults();
+    w.mem().clear_faults();
     wait_condition(&m.client, CLUSTER, "WorkloadReachable", "True").await;
     wait_object(
         &Api::<DaemonSet>::namespaced(w.client(), "kube-system"),
@@ -550,26 +581,73 @@ async fn an_unreachable_workload_api_is_a_condition_then_converges_and_a_rotated
     running.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deletion_removes_only_what_we_installed() {
-    let m = management(&[]).await;
-    let w = workload_cluster().await;
-    connect(&m, &w).await;
-    let bystander = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "coredns", "namespace": "kube-system"}, "data": {"Corefile": "."}});
-    Api::<ConfigMap>::namespaced(w.client(), "kube-system")
-        .patch(
-            "coredns",
-            &PatchParams::apply("kubeadm"),
-            &Patch::Apply(&bystander),
-        )
+/// The `kubernetes` Endpoints and EndpointSlice addresses, as "ip:port".
+async fn kubernetes_addresses(wc: &Client) -> (Vec<String>, Vec<String>) {
+    let endpoints = Api::<Endpoints>::namespaced(wc.clone(), "default")
+        .get_opt("kubernetes")
         .await
         .unwrap();
-    let running = start(m.client.clone());
-    apply_value(&m.client, cpi(json!({}))).await;
-    let daemon_sets: Api<DaemonSet> = Api::namespaced(w.client(), "kube-system");
-    wait_object(&daemon_sets, "hcp-ingress-proxy").await;
-    wait_condition(&m.client, CLUSTER, "EndpointsSteered", "True").await;
+    let slice = Api::<EndpointSlice>::namespaced(wc.clone(), "default")
+        .get_opt("kubernetes")
+        .await
+        .unwrap();
+    let from_endpoints = endpoints
+        .and_then(|e| e.subsets)
+        .unwrap_or_default()
+        .into_iter()
+        .flat_map(|s| {
+            let ports: Vec<i32> = s.ports.unwrap_or_default().iter().map(|p| p.port).collect();
+            s.addresses
+                .unwrap_or_default()
+                .into_iter()
+                .flat_map(move |a| {
+                    ports
+                        .iter()
+                        .map(move |p| format!("{}:{p}", a.ip))
+                        .collect::<Vec<_>>()
+                })
+        })
+        .collect();
+    let from_slice = slice
+        .map(|s| {
+            let ports: Vec<i32> = s
+                .ports
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|p| p.port)
+                .collect();
+            s.endpoints
+                .iter()
+                .flat_map(|e| e.addresses.clone())
+                .flat_map(|a| {
+                    ports
+                        .iter()
+                        .map(move |p| format!("{a}:{p}"))
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    (from_endpoints, from_slice)
+}
 
+/// The newest Event of `reason` on the ControlPlaneIngress.
+async fn event_note(m: &Management, reason: &str) -> String {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(m.client.clone(), NS);
+    eventually(&format!("a {reason} Event"), || async {
+        events
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some(reason))?
+            .note
+    })
+    .await
+}
+
+async fn delete_cpi(m: &Management) {
     cpis(&m.client)
         .delete(CLUSTER, &DeleteParams::default())
         .await
@@ -583,20 +661,79 @@ async fn deletion_removes_only_what_we_installed() {
             .then_some(())
     })
     .await;
+}
+
+/// No request of the controller was rejected by either API server.
+fn assert_no_rejections(m: &Management, w: &Server) {
+    let mut rejected = m.controller_rejections();
+    rejected.extend(rejections(w.real(), realkube::CLUSTER_ADMIN_USER));
+    assert!(
+        rejected.is_empty(),
+        "the API servers rejected: {rejected:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_gives_kubernetes_back_then_removes_only_what_we_installed() {
+    let m = management(&[]).await;
+    let w = workload_cluster().await;
+    connect(&m, &w).await;
+    let bystander = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "coredns", "namespace": "kube-system"}, "data": {"Corefile": "."}});
+    Api::<ConfigMap>::namespaced(w.client(), "kube-system")
+        .patch(
+            "coredns",
+            &PatchParams::apply("kubeadm"),
+            &Patch::Apply(&bystander),
+        )
+        .await
+        .unwrap();
+    let running = m.start();
+    apply_value(&m.client, cpi(json!({}))).await;
     let wc = w.client();
+    let daemon_sets: Api<DaemonSet> = Api::namespaced(wc.clone(), "kube-system");
+    wait_object(&daemon_sets, "hcp-ingress-proxy").await;
+    wait_condition(&m.client, CLUSTER, "EndpointsSteered", "True").await;
+    let steered = kubernetes_addresses(&wc).await;
+    assert_eq!(
+        steered,
+        (
+            vec!["240.0.0.1:443".to_string()],
+            vec!["240.0.0.1:443".to_string()]
+        ),
+        "steered at the node-local proxy address"
+    );
+
+    delete_cpi(&m).await;
+    // Given back what the control plane provider had written, both of them.
+    assert_eq!(
+        kubernetes_addresses(&wc).await,
+        (
+            vec!["10.0.0.5:6443".to_string()],
+            vec!["10.0.0.5:6443".to_string()]
+        ),
+        "default/kubernetes reaches the API server again"
+    );
     let in_kube_system = |name: &'static str| (wc.clone(), "kube-system", name);
-    assert!(
-        !exists::<DaemonSet>(in_kube_system("hcp-ingress-proxy")).await,
-        "DaemonSet hcp-ingress-proxy must be removed"
-    );
-    assert!(
-        !exists::<ConfigMap>(in_kube_system("hcp-ingress-proxy")).await,
-        "ConfigMap hcp-ingress-proxy must be removed"
-    );
-    assert!(
-        !exists::<Secret>(in_kube_system("hcp-ingress-proxy")).await,
-        "Secret hcp-ingress-proxy must be removed"
-    );
+    for (present, what) in [
+        (
+            exists::<DaemonSet>(in_kube_system("hcp-ingress-proxy")).await,
+            "DaemonSet hcp-ingress-proxy",
+        ),
+        (
+            exists::<ConfigMap>(in_kube_system("hcp-ingress-proxy")).await,
+            "ConfigMap hcp-ingress-proxy",
+        ),
+        (
+            exists::<Secret>(in_kube_system("hcp-ingress-proxy")).await,
+            "Secret hcp-ingress-proxy",
+        ),
+        (
+            exists::<ConfigMap>(in_kube_system("hcp-ingress-steering")).await,
+            "the steering record",
+        ),
+    ] {
+        assert!(!present, "{what} must be removed");
+    }
     assert!(
         exists::<ConfigMap>(in_kube_system("coredns")).await,
         "someone else's ConfigMap stays"
@@ -605,23 +742,172 @@ async fn deletion_removes_only_what_we_installed() {
         exists::<Deployment>(in_kube_system("cloud-controller-manager")).await,
         "the CCM stays"
     );
-    // The endpoints stay (deleting them would cut the in-cluster API path) and an Event says so.
-    assert!(exists::<Endpoints>((wc.clone(), "default", "kubernetes")).await);
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(m.client.clone(), NS);
-    let note = eventually("clean-up event", || async {
-        events
-            .list(&Default::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("WorkloadCleanedUp"))?
-            .note
+    let note = event_note(&m, "WorkloadCleanedUp").await;
+    assert!(
+        note.contains("Endpoints and EndpointSlice default/kubernetes back at 10.0.0.5:6443"),
+        "{note}"
+    );
+    assert_no_rejections(&m, &w);
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_service_steering_deletion_gives_the_service_back() {
+    let (m, w, running) = installed(json!({"steering": "service"})).await;
+    let wc = w.client();
+    let services: Api<Service> = Api::namespaced(wc.clone(), "default");
+    wait_condition(&m.client, CLUSTER, "EndpointsSteered", "True").await;
+    let steered = services.get("kubernetes").await.unwrap().spec.unwrap();
+    assert!(steered.selector.is_some());
+    assert_eq!(steered.internal_traffic_policy.as_deref(), Some("Local"));
+
+    delete_cpi(&m).await;
+    let spec = services.get("kubernetes").await.unwrap().spec.unwrap();
+    assert_eq!(spec.selector, None, "the selector we set is gone");
+    assert_eq!(spec.internal_traffic_policy.as_deref(), Some("Cluster"));
+    assert_ne!(spec.publish_not_ready_addresses, Some(true));
+    assert_eq!(
+        kubernetes_addresses(&wc).await.0,
+        vec!["10.0.0.5:6443".to_string()],
+        "the endpoints were never touched"
+    );
+    assert!(!exists::<DaemonSet>((wc.clone(), "kube-system", "hcp-ingress-proxy")).await);
+    let note = event_note(&m, "WorkloadCleanedUp").await;
+    assert!(
+        note.contains("Service default/kubernetes: selector removed"),
+        "{note}"
+    );
+    assert_no_rejections(&m, &w);
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opting_out_gives_kubernetes_back_and_removes_the_proxy() {
+    let (m, w, running) = installed(json!({})).await;
+    let wc = w.client();
+    wait_condition(&m.client, CLUSTER, "EndpointsSteered", "True").await;
+    eventually("the proxy in the status", || async {
+        cpis(&m.client).get(CLUSTER).await.ok()?.status?.proxy
     })
     .await;
+    let mut off = cpi(json!({}));
+    off["spec"]["proxy"]["enabled"] = json!(false);
+    apply_value(&m.client, off).await;
+    let (reason, message) = wait_condition(&m.client, CLUSTER, "EndpointsSteered", "True").await;
+    assert_eq!(reason, "Restored", "{message}");
+    assert!(message.contains("back at 10.0.0.5:6443"), "{message}");
+    assert_eq!(
+        kubernetes_addresses(&wc).await,
+        (
+            vec!["10.0.0.5:6443".to_string()],
+            vec!["10.0.0.5:6443".to_string()]
+        )
+    );
+    assert!(!exists::<DaemonSet>((wc.clone(), "kube-system", "hcp-ingress-proxy")).await);
+    event_note(&m, "SteeringRestored").await;
+    assert_no_rejections(&m, &w);
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steering_switch_is_our_own_change_not_tampering() {
+    let (m, w, running) = installed(json!({})).await;
+    let wc = w.client();
+    let services: Api<Service> = Api::namespaced(wc.clone(), "default");
+    wait_condition(&m.client, CLUSTER, "EndpointsSteered", "True").await;
+
+    apply_value(&m.client, cpi(json!({"steering": "service"}))).await;
+    let (reason, message) = wait_condition(&m.client, CLUSTER, "EndpointsSteered", "True").await;
+    assert_eq!(reason, "ServiceSelector", "{message}");
+    // What advertise-address steering took is given back before the Service selects the proxy.
+    assert_eq!(
+        kubernetes_addresses(&wc).await,
+        (
+            vec!["10.0.0.5:6443".to_string()],
+            vec!["10.0.0.5:6443".to_string()]
+        )
+    );
     assert!(
-        note.contains("default/kubernetes still points at the node proxy"),
-        "{note}"
+        services
+            .get("kubernetes")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .selector
+            .is_some()
+    );
+
+    apply_value(&m.client, cpi(json!({}))).await;
+    let (reason, message) = wait_condition(&m.client, CLUSTER, "EndpointsSteered", "True").await;
+    assert_eq!(reason, "AdvertiseAddress", "{message}");
+    assert_eq!(
+        services
+            .get("kubernetes")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .selector,
+        None
+    );
+    assert_eq!(
+        kubernetes_addresses(&wc).await.0,
+        vec!["240.0.0.1:443".to_string()]
+    );
+    // Never reported as someone else's doing, at any point.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(m.client.clone(), NS);
+    let tampering: Vec<String> = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason
+                .as_deref()
+                .is_some_and(|r| r.ends_with("Overwritten"))
+        })
+        .filter_map(|e| e.note)
+        .collect();
+    assert!(tampering.is_empty(), "{tampering:#?}");
+    assert_no_rejections(&m, &w);
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_nothing_to_give_back_the_proxy_stays_and_the_deletion_waits() {
+    let m = management(&[]).await;
+    let w = workload_cluster().await;
+    let wc = w.client();
+    // No control plane provider wrote endpoints: nothing to restore.
+    Api::<Endpoints>::namespaced(wc.clone(), "default")
+        .delete("kubernetes", &DeleteParams::default())
+        .await
+        .unwrap();
+    Api::<EndpointSlice>::namespaced(wc.clone(), "default")
+        .delete("kubernetes", &DeleteParams::default())
+        .await
+        .unwrap();
+    connect(&m, &w).await;
+    let running = m.start();
+    apply_value(&m.client, cpi(json!({}))).await;
+    wait_condition(&m.client, CLUSTER, "EndpointsSteered", "True").await;
+    cpis(&m.client)
+        .delete(CLUSTER, &DeleteParams::default())
+        .await
+        .unwrap();
+    let (_, message) = wait_condition(&m.client, CLUSTER, "EndpointsSteered", "False").await;
+    assert!(message.contains("kept the node proxy"), "{message}");
+    assert!(message.contains("no addresses to give back"), "{message}");
+    assert!(exists::<DaemonSet>((wc.clone(), "kube-system", "hcp-ingress-proxy")).await);
+    assert_eq!(
+        kubernetes_addresses(&wc).await.0,
+        vec!["240.0.0.1:443".to_string()]
+    );
+    assert!(
+        cpis(&m.client).get_opt(CLUSTER).await.unwrap().is_some(),
+        "the deletion waits"
     );
     running.stop().await;
 }
@@ -662,7 +948,7 @@ async fn ccm_selected_by_label_and_the_konnectivity_agent_when_asked() {
     object["spec"]["backend"]["konnectivityPort"] = json!(30132);
     object["spec"]["ccm"] =
         json!({"selector": {"component": "cloud-controller-manager"}, "konnectivityAgent": true});
-    let running = start(m.client.clone());
+    let running = m.start();
     apply_value(&m.client, object).await;
 
     let daemon_sets: Api<DaemonSet> = Api::namespaced(wc.clone(), "kube-system");
@@ -700,5 +986,97 @@ async fn ccm_selected_by_label_and_the_konnectivity_agent_when_asked() {
             && message.contains("konnectivity-agent"),
         "{message}"
     );
+    running.stop().await;
+}
+
+/// On a real scheduler (kube-scheduler, the DaemonSet controller, kwok
+/// nodes) the proxy DaemonSet rolls out, and a new image rolls it again with
+/// a surge pod next to the old one on each node: the pods declare no host
+/// ports, which the scheduler would refuse to place twice on one node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_rolls_out_and_rolls_again_on_a_real_scheduler() {
+    let m = management(&[]).await;
+    let w = Server::start_real(realkube::Options {
+        name: "workload".into(),
+        endpoint_reconciler: "none".into(),
+        scheduler: true,
+        nodes: 3,
+        ..realkube::Options::default()
+    })
+    .await;
+    seed_workload(&w.client(), true).await;
+    connect(&m, &w).await;
+    let running = m.start();
+    apply_value(
+        &m.client,
+        cpi(json!({"image": "registry.example/hcp-ingress:v1"})),
+    )
+    .await;
+    let daemon_sets: Api<DaemonSet> = Api::namespaced(w.client(), "kube-system");
+    let rolled_out = |image: &'static str| {
+        let daemon_sets = daemon_sets.clone();
+        async move {
+            eventually(
+                &format!("the proxy DaemonSet rolled out with {image}"),
+                || async {
+                    let ds = daemon_sets.get("hcp-ingress-proxy").await.ok()?;
+                    let spec_image = ds.spec.as_ref()?.template.spec.as_ref()?.containers[0]
+                        .image
+                        .clone()?;
+                    let status = ds.status?;
+                    (spec_image == image
+                        && status.observed_generation == ds.metadata.generation
+                        && status.desired_number_scheduled == 3
+                        && status.updated_number_scheduled == Some(3)
+                        && status.number_available == Some(3)
+                        && status.number_ready == 3)
+                        .then_some(())
+                },
+            )
+            .await
+        }
+    };
+    rolled_out("registry.example/hcp-ingress:v1").await;
+    let (reason, message) = wait_condition(&m.client, CLUSTER, "ProxyReady", "True").await;
+    assert_eq!(reason, "AllNodesReady", "{message}");
+    assert!(message.contains("3/3"), "{message}");
+
+    apply_value(
+        &m.client,
+        cpi(json!({"image": "registry.example/hcp-ingress:v2"})),
+    )
+    .await;
+    rolled_out("registry.example/hcp-ingress:v2").await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(w.client(), "kube-system");
+    let images = eventually("only new pods, one per node", || async {
+        let list = pods
+            .list(
+                &kube::api::ListParams::default()
+                    .labels("app.kubernetes.io/name=hcp-ingress-proxy"),
+            )
+            .await
+            .ok()?;
+        let images: Vec<(String, String)> = list
+            .items
+            .iter()
+            .map(|p| {
+                (
+                    p.spec
+                        .as_ref()
+                        .and_then(|s| s.node_name.clone())
+                        .unwrap_or_default(),
+                    p.spec
+                        .as_ref()
+                        .map(|s| s.containers[0].image.clone().unwrap_or_default())
+                        .unwrap_or_default(),
+                )
+            })
+            .collect();
+        (images.len() == 3 && images.iter().all(|(_, i)| i.ends_with(":v2"))).then_some(images)
+    })
+    .await;
+    let nodes: std::collections::BTreeSet<_> = images.iter().map(|(n, _)| n.clone()).collect();
+    assert_eq!(nodes.len(), 3, "one proxy per node: {images:?}");
+    assert_no_rejections(&m, &w);
     running.stop().await;
 }

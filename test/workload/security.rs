@@ -160,7 +160,7 @@ fn steering_objects() {
     );
     assert_eq!(
         slice["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"],
-        "hcp-ingress.dev/controller"
+        "controller.hcp-ingress.dev"
     );
     assert_eq!(slice["endpoints"][0]["addresses"], json!(["240.0.0.1"]));
     assert_eq!(

@@ -213,15 +213,6 @@ pub(super) fn daemon_set(
         json!({"seccompProfile": {"type": "RuntimeDefault"}, "runAsUser": NONROOT, "runAsGroup": NONROOT,
                "runAsNonRoot": true, "fsGroup": NONROOT})
     };
-    let https_port = match spec.steering {
-        // The address is node-local and ours: only a pod on the same IP and port conflicts.
-        Steering::AdvertiseAddress => {
-            json!({"name": "https", "containerPort": port, "hostPort": port, "hostIP": spec.advertise_address, "protocol": "TCP"})
-        }
-        Steering::Service => {
-            json!({"name": "https", "containerPort": port, "hostPort": port, "protocol": "TCP"})
-        }
-    };
     let probe = |path: &str, period: u32, failures: u32| {
         json!({"httpGet": {"host": "127.0.0.1", "path": path, "port": ADMIN_PORT, "scheme": "HTTP"},
                "periodSeconds": period, "timeoutSeconds": 2, "failureThreshold": failures})
@@ -237,63 +228,79 @@ pub(super) fn daemon_set(
             .push(json!({"name": "tls", "secret": {"secretName": NAME, "defaultMode": file_mode}}));
     }
     let config = config_value(cpi, inputs);
-    typed(
-        "DaemonSet",
-        json!({
-            "apiVersion": "apps/v1", "kind": "DaemonSet",
-            "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": own_labels()},
-            "spec": {
-                "selector": {"matchLabels": selector_labels()},
-                // Surge: the new pod starts next to the old one on each node
-                // (the proxy binds with SO_REUSEPORT, src/proxy/server.rs) and
-                // the old one goes only once the new one is ready, so no node
-                // is ever without a proxy. Rolls are rare anyway: config and
-                // certificates hot-reload; only the image or a restart-only
-                // setting changes the pod template.
-                "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
-                "template": {
-                    "metadata": {
-                        "labels": own_labels(),
-                        "annotations": {RESTART_HASH_ANNOTATION: restart_hash(&config)},
-                    },
-                    "spec": {
-                        "hostNetwork": true,
-                        // The node's resolver, not cluster DNS: CoreDNS reaches
-                        // the API through this proxy, so resolving the API host
-                        // through CoreDNS would be a bootstrap cycle.
-                        "dnsPolicy": "Default",
-                        "priorityClassName": "system-node-critical",
-                        "automountServiceAccountToken": false,
-                        "enableServiceLinks": false,
-                        "terminationGracePeriodSeconds": GRACE_SECONDS,
-                        // Every node, whatever its taints: pods there need the API.
-                        "tolerations": [{"operator": "Exists"}],
-                        "securityContext": pod_security,
-                        "containers": [{
-                            "name": "proxy",
-                            "image": image,
-                            "imagePullPolicy": "IfNotPresent",
-                            "args": ["proxy", "--config", format!("{CONFIG_DIR}/{CONFIG_FILE}")],
-                            "ports": [https_port,
-                                      {"name": "admin", "containerPort": ADMIN_PORT, "hostPort": ADMIN_PORT,
-                                       "hostIP": "127.0.0.1", "protocol": "TCP"}],
-                            "livenessProbe": probe("/healthz", 10, 3),
-                            "readinessProbe": probe("/readyz", 5, 2),
-                            "resources": {"requests": {"cpu": "20m", "memory": "32Mi"}, "limits": {"memory": "256Mi"}},
-                            "securityContext": {
-                                "privileged": false,
-                                "allowPrivilegeEscalation": false,
-                                "readOnlyRootFilesystem": true,
-                                "capabilities": {"drop": ["ALL"], "add": caps},
-                            },
-                            "volumeMounts": mounts,
-                        }],
-                        "volumes": volumes,
-                    },
+    let mut daemon_set = json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": own_labels()},
+        "spec": {
+            "selector": {"matchLabels": selector_labels()},
+            // Surge: the new pod starts next to the old one on each node
+            // (the proxy binds with SO_REUSEPORT, src/proxy/server.rs) and
+            // the old one goes only once the new one is ready, so no node
+            // is ever without a proxy. That is why the container declares
+            // no ports: a hostNetwork pod's ports are host ports, and the
+            // scheduler never puts a second pod with the same host port on
+            // a node, so a surge pod would stay Pending for ever. Rolls are
+            // rare anyway: config and certificates hot-reload; only the
+            // image or a restart-only setting changes the pod template.
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "template": {
+                "metadata": {
+                    "labels": own_labels(),
+                    "annotations": {RESTART_HASH_ANNOTATION: restart_hash(&config)},
+                },
+                "spec": {
+                    "hostNetwork": true,
+                    // The node's resolver, not cluster DNS: CoreDNS reaches
+                    // the API through this proxy, so resolving the API host
+                    // through CoreDNS would be a bootstrap cycle.
+                    "dnsPolicy": "Default",
+                    "priorityClassName": "system-node-critical",
+                    "automountServiceAccountToken": false,
+                    "enableServiceLinks": false,
+                    "terminationGracePeriodSeconds": GRACE_SECONDS,
+                    // Every node, whatever its taints: pods there need the API.
+                    "tolerations": [{"operator": "Exists"}],
+                    "securityContext": pod_security,
+                    "containers": [{
+                        "name": "proxy",
+                        "image": image,
+                        "imagePullPolicy": "IfNotPresent",
+                        "args": ["proxy", "--config", format!("{CONFIG_DIR}/{CONFIG_FILE}")],
+                        // Any process on the admin port answers liveness: a
+                        // wrong answer only delays a restart.
+                        "livenessProbe": probe("/healthz", 10, 3),
+                        "resources": {"requests": {"cpu": "20m", "memory": "32Mi"}, "limits": {"memory": "256Mi"}},
+                        "securityContext": {
+                            "privileged": false,
+                            "allowPrivilegeEscalation": false,
+                            "readOnlyRootFilesystem": true,
+                            "capabilities": {"drop": ["ALL"], "add": caps},
+                        },
+                        "volumeMounts": mounts,
+                    }],
+                    "volumes": volumes,
                 },
             },
-        }),
-    )
+        },
+    });
+    // Readiness must come from this pod's own process, not from the old pod
+    // sharing the admin port during a surge: the probe names the revision of
+    // the pod template, and only a process started with it answers ready.
+    let revision = template_revision(&daemon_set["spec"]["template"]);
+    let container = &mut daemon_set["spec"]["template"]["spec"]["containers"][0];
+    container["env"] = json!([{"name": "HCP_PROXY_REVISION", "value": revision}]);
+    container["readinessProbe"] = probe(&format!("/readyz/{revision}"), 5, 2);
+    typed("DaemonSet", daemon_set)
+}
+
+/// A digest of a pod template: changes with anything that rolls the pods.
+fn template_revision(template: &Value) -> String {
+    let text = serde_json::to_string(template).expect("JSON values serialize");
+    let digest: String = Md5::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    digest[..16].to_string()
 }
 
 fn advertise(spec: &ProxySpec) -> (String, &'static str) {

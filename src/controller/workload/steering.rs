@@ -1,0 +1,243 @@
+//! Taking `default/kubernetes` over and giving it back (the I/O around
+//! `render::workload::steering`): the record of what it held is written
+//! before the first steering write, a steering switch gives back what the
+//! previous mode took, and removal gives everything back before the proxy goes.
+
+use k8s_openapi::api::{
+    core::v1::{ConfigMap, Endpoints, Service},
+    discovery::v1::EndpointSlice,
+};
+use kube::{Api, Client, ResourceExt, api::DynamicObject};
+
+use super::{Unreachable, api_error, resource_of};
+use crate::{
+    api::{MANAGED_BY_LABEL, MANAGER, Steering},
+    controller::{Context, apply},
+    render::workload::{
+        self, NAMESPACE, RECORD_NAME, SteeringRecord, parse_record, record_config_map,
+    },
+};
+
+/// What the controller knows before it applies a steering mode.
+pub struct TakeOver {
+    /// The record, as stored.
+    record: SteeringRecord,
+    /// The mode was already applied by us: a difference now is someone else's doing.
+    pub steered_before: bool,
+    /// A previous mode given back in this pass (a switch), in words.
+    pub switched: Option<String>,
+}
+
+fn record_failed(message: String) -> Unreachable {
+    Unreachable {
+        reason: "SteeringRecordInvalid",
+        message,
+    }
+}
+
+async fn read_record(client: &Client) -> Result<Option<(ConfigMap, SteeringRecord)>, Unreachable> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
+    let Some(cm) = api
+        .get_opt(RECORD_NAME)
+        .await
+        .map_err(|e| api_error(&format!("read ConfigMap {NAMESPACE}/{RECORD_NAME}"), e))?
+    else {
+        return Ok(None);
+    };
+    let record = parse_record(&cm).map_err(record_failed)?;
+    Ok(Some((cm, record)))
+}
+
+async fn write_record(
+    ctx: &Context,
+    client: &Client,
+    record: &SteeringRecord,
+    existing: Option<&ConfigMap>,
+) -> Result<(), Unreachable> {
+    let cm = record_config_map(record).map_err(|e| record_failed(e.to_string()))?;
+    let object: DynamicObject = serde_json::to_value(&cm)
+        .and_then(serde_json::from_value)
+        .map_err(|e| record_failed(e.to_string()))?;
+    let existing: Option<DynamicObject> = existing
+        .map(|e| serde_json::to_value(e).and_then(serde_json::from_value))
+        .transpose()
+        .map_err(|e| record_failed(e.to_string()))?;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), NAMESPACE, &resource_of(&object));
+    apply::apply(ctx, &api, object, existing.as_ref())
+        .await
+        .map(drop)
+        .map_err(|e| Unreachable {
+            reason: "ApplyFailed",
+            message: e.to_string(),
+        })
+}
+
+/// Before steering with `mode`: record what `default/kubernetes` holds (once,
+/// before our first write) and, when another mode was applied, give back
+/// what that one took.
+pub async fn take_over(
+    ctx: &Context,
+    client: &Client,
+    mode: Steering,
+) -> Result<TakeOver, Unreachable> {
+    let (existing, mut record) = match read_record(client).await? {
+        Some((cm, record)) => (Some(cm), record),
+        None => {
+            let services: Api<Service> = Api::namespaced(client.clone(), "default");
+            let endpoints: Api<Endpoints> = Api::namespaced(client.clone(), "default");
+            let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
+            let service = services
+                .get_opt("kubernetes")
+                .await
+                .map_err(|e| api_error("read Service default/kubernetes", e))?;
+            let live_endpoints = endpoints
+                .get_opt("kubernetes")
+                .await
+                .map_err(|e| api_error("read Endpoints default/kubernetes", e))?;
+            let slice = slices
+                .get_opt("kubernetes")
+                .await
+                .map_err(|e| api_error("read EndpointSlice default/kubernetes", e))?;
+            let record =
+                workload::record(service.as_ref(), live_endpoints.as_ref(), slice.as_ref());
+            write_record(ctx, client, &record, None).await?;
+            (read_record(client).await?.map(|(cm, _)| cm), record)
+        }
+    };
+    let mut switched = None;
+    if let Some(previous) = record.applied.filter(|p| *p != mode) {
+        // Our own change: give back what the previous mode took, then steer anew.
+        let summary = give_back_mode(ctx, client, &record, previous)
+            .await?
+            .map_err(|why| Unreachable {
+                reason: "SteeringSwitchFailed",
+                message: format!("cannot switch steering from {previous:?} to {mode:?}: {why}"),
+            })?;
+        switched = Some(format!("switched from {previous:?}: {summary}"));
+        record.applied = None;
+        write_record(ctx, client, &record, existing.as_ref()).await?;
+    }
+    Ok(TakeOver {
+        steered_before: record.applied == Some(mode),
+        record,
+        switched,
+    })
+}
+
+/// After steering with `mode` was applied: remember it.
+pub async fn applied(
+    ctx: &Context,
+    client: &Client,
+    take_over: TakeOver,
+    mode: Steering,
+) -> Result<(), Unreachable> {
+    if take_over.record.applied == Some(mode) {
+        return Ok(());
+    }
+    let mut record = take_over.record;
+    record.applied = Some(mode);
+    let existing = read_record(client).await?.map(|(cm, _)| cm);
+    write_record(ctx, client, &record, existing.as_ref()).await
+}
+
+/// Give back what the applied steering took. `Ok(Ok(summary))` when done (or
+/// nothing was steered), `Ok(Err(why))` when nothing safe can be given back.
+pub async fn give_back(
+    ctx: &Context,
+    client: &Client,
+) -> Result<Result<String, String>, Unreachable> {
+    let Some((_, record)) = read_record(client).await? else {
+        return Ok(if steered_without_record(client).await? {
+            Err(format!(
+                "default/kubernetes is steered at the proxy but ConfigMap {NAMESPACE}/{RECORD_NAME}, the record of what it held before, is gone"
+            ))
+        } else {
+            Ok("nothing was steered".into())
+        });
+    };
+    match record.applied {
+        Some(mode) => give_back_mode(ctx, client, &record, mode).await,
+        None => Ok(Ok("nothing was steered".into())),
+    }
+}
+
+/// Delete the record: the last step of a removal.
+pub async fn forget(ctx: &Context, client: &Client) -> Result<(), String> {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NAMESPACE,
+        &kube::api::ApiResource::erase::<ConfigMap>(&()),
+    );
+    if let Some(live) = api
+        .get_opt(RECORD_NAME)
+        .await
+        .map_err(|e| format!("failed to read ConfigMap {NAMESPACE}/{RECORD_NAME}: {e}"))?
+    {
+        apply::delete(ctx, &api, &live)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+async fn steered_without_record(client: &Client) -> Result<bool, Unreachable> {
+    let endpoints: Api<Endpoints> = Api::namespaced(client.clone(), "default");
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let ours = endpoints
+        .get_opt("kubernetes")
+        .await
+        .map_err(|e| api_error("read Endpoints default/kubernetes", e))?
+        .is_some_and(|e| is_ours(e.labels()));
+    let selected = services
+        .get_opt("kubernetes")
+        .await
+        .map_err(|e| api_error("read Service default/kubernetes", e))?
+        .and_then(|s| s.spec?.selector)
+        .is_some_and(|s| s == workload::selector_labels());
+    Ok(ours || selected)
+}
+
+fn is_ours(labels: &std::collections::BTreeMap<String, String>) -> bool {
+    labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGER)
+}
+
+async fn give_back_mode(
+    ctx: &Context,
+    client: &Client,
+    record: &SteeringRecord,
+    mode: Steering,
+) -> Result<Result<String, String>, Unreachable> {
+    let restore = match workload::restore(record, mode) {
+        Ok(restore) => restore,
+        Err(why) => return Ok(Err(why)),
+    };
+    for object in restore.apply {
+        let resource = resource_of(&object);
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &resource);
+        apply::force_fields(ctx, &api, object)
+            .await
+            .map_err(|e| Unreachable {
+                reason: "RestoreFailed",
+                message: e.to_string(),
+            })?;
+    }
+    if restore.delete_endpoint_slice {
+        let resource = kube::api::ApiResource::erase::<EndpointSlice>(&());
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &resource);
+        if let Some(live) = api
+            .get_opt("kubernetes")
+            .await
+            .map_err(|e| api_error("read EndpointSlice default/kubernetes", e))?
+            && is_ours(live.labels())
+        {
+            apply::delete(ctx, &api, &live)
+                .await
+                .map_err(|e| Unreachable {
+                    reason: "RestoreFailed",
+                    message: e.to_string(),
+                })?;
+        }
+    }
+    Ok(Ok(restore.summary))
+}

@@ -1,0 +1,541 @@
+//! `realkube`: real Kubernetes control planes for tests, on loopback.
+//!
+//! Each [`Cluster`] is its own etcd and kube-apiserver (RBAC on, bearer-token
+//! authentication, an audit log of every request), optionally with
+//! kube-controller-manager (garbage collection, DaemonSets, endpoints,
+//! ServiceAccounts), kube-scheduler and kwok (simulated nodes). The binaries
+//! come from `hack/kube/build.sh`, which builds them once per version from
+//! the Go module proxy into a cache outside the checkout; when they are
+//! missing a test fails and says how to build them: it never falls back to a
+//! fake.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! let cluster = realkube::Cluster::start(realkube::Options::default()).await.unwrap();
+//! let client = cluster.admin_client();
+//! # let _ = client;
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+
+mod audit;
+mod pki;
+mod process;
+
+use std::{
+    net::TcpListener,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use base64::Engine;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+pub use audit::AuditRecord;
+use process::Supervised;
+
+/// Why a control plane did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A binary is not built.
+    #[error(
+        "{0} is not built: run `bash hack/kube/build.sh` (builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok from the Go module proxy into ~/.cache/hcp-ingress/kube), or set HCP_KUBE_BIN to a folder that holds them"
+    )]
+    Missing(PathBuf),
+    /// A file of the control plane could not be written.
+    #[error("failed to write {0}: {1}")]
+    Io(PathBuf, std::io::Error),
+    /// A process did not start or did not become ready.
+    #[error("{what} did not become ready within {secs} s; its log ends with:\n{log}")]
+    NotReady {
+        /// Which process.
+        what: String,
+        /// How long we waited.
+        secs: u64,
+        /// The last lines of its log.
+        log: String,
+    },
+    /// Certificates could not be generated.
+    #[error("failed to generate the test PKI: {0}")]
+    Pki(#[from] rcgen::Error),
+    /// A kube client could not be built.
+    #[error("failed to build a client: {0}")]
+    Client(String),
+}
+
+/// What to run besides etcd and kube-apiserver.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// A name for logs and the kubeconfig.
+    pub name: String,
+    /// kube-controller-manager (garbage collector, DaemonSet, endpoint and
+    /// ServiceAccount controllers).
+    pub controller_manager: bool,
+    /// kube-scheduler and kwok with `nodes` simulated nodes (implies the
+    /// controller manager).
+    pub scheduler: bool,
+    /// Simulated nodes when `scheduler` is on.
+    pub nodes: usize,
+    /// `--endpoint-reconciler-type`: `lease` (the default of kube-apiserver)
+    /// or `none`, as hosted control planes run it for steering.
+    pub endpoint_reconciler: String,
+    /// Extra admission plugins (`--enable-admission-plugins`).
+    pub admission_plugins: Vec<String>,
+    /// The address the API server advertises in `default/kubernetes`.
+    pub advertise_address: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            name: "cluster".into(),
+            controller_manager: false,
+            scheduler: false,
+            nodes: 0,
+            endpoint_reconciler: "lease".into(),
+            admission_plugins: Vec::new(),
+            advertise_address: "192.0.2.10".into(),
+        }
+    }
+}
+
+/// A running control plane; every process stops when it is dropped.
+pub struct Cluster {
+    dir: tempfile::TempDir,
+    url: String,
+    ca_pem: String,
+    admin_token: String,
+    cluster_admin_token: String,
+    // Stopped in reverse order of start on drop.
+    processes: Vec<Supervised>,
+    audit_path: PathBuf,
+    name: String,
+    admin: Option<kube::Client>,
+}
+
+/// The admin user of the test itself (`system:masters`).
+pub const ADMIN_USER: &str = "realkube-admin";
+/// A second admin user, for the kubeconfig handed to the program under test
+/// (as CAPI's `<cluster>-kubeconfig`): its requests stay apart in the audit log.
+pub const CLUSTER_ADMIN_USER: &str = "cluster-admin";
+
+/// Where the binaries are: `HCP_KUBE_BIN`, else what `hack/kube/build.sh --print-bin-dir` says.
+pub fn bin_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("HCP_KUBE_BIN") {
+        return PathBuf::from(dir);
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../hack/kube/build.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .arg("--print-bin-dir")
+        .output()
+        .expect("bash runs hack/kube/build.sh");
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+fn binary(name: &str) -> Result<PathBuf, Error> {
+    let path = bin_dir().join(name);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(Error::Missing(path))
+    }
+}
+
+/// A free loopback port (released again: the process binds it a moment later).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+fn write(path: &Path, text: &str) -> Result<(), Error> {
+    std::fs::write(path, text).map_err(|e| Error::Io(path.to_path_buf(), e))
+}
+
+impl Cluster {
+    /// Starts etcd and kube-apiserver (and what `opts` asks for), waits until
+    /// the API server is ready and, with the controller manager, until the
+    /// `default` ServiceAccount exists.
+    pub async fn start(opts: Options) -> Result<Cluster, Error> {
+        let etcd_bin = binary("etcd")?;
+        let apiserver_bin = binary("kube-apiserver")?;
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("realkube-{}-", opts.name))
+            .tempdir()
+            .map_err(|e| Error::Io(std::env::temp_dir(), e))?;
+        let path = |name: &str| dir.path().join(name);
+
+        let pki = pki::generate()?;
+        write(&path("ca.crt"), &pki.ca_pem)?;
+        write(&path("apiserver.crt"), &pki.serving_cert_pem)?;
+        write(&path("apiserver.key"), &pki.serving_key_pem)?;
+        write(&path("sa.key"), &pki.service_account_key_pem)?;
+        write(&path("sa.pub"), &pki.service_account_public_pem)?;
+        let admin_token = pki.admin_token.clone();
+        let cluster_admin_token = format!("{admin_token}-cluster-admin");
+        write(
+            &path("tokens.csv"),
+            &format!(
+                "{admin_token},{ADMIN_USER},{ADMIN_USER},\"system:masters\"\n{cluster_admin_token},{CLUSTER_ADMIN_USER},{CLUSTER_ADMIN_USER},\"system:masters\"\n"
+            ),
+        )?;
+        write(&path("audit-policy.yaml"), audit::POLICY)?;
+
+        let mut processes = Vec::new();
+        let etcd_port = free_port();
+        let peer_port = free_port();
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        processes.push(Supervised::spawn(
+            "etcd",
+            &etcd_bin,
+            &[
+                "--name=default".into(),
+                format!("--data-dir={}", path("etcd").display()),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster=default={peer_url}"),
+                "--unsafe-no-fsync=true".into(),
+                "--log-level=error".into(),
+                "--quota-backend-bytes=2147483648".into(),
+            ],
+            dir.path(),
+        )?);
+
+        let port = free_port();
+        let url = format!("https://127.0.0.1:{port}");
+        let audit_path = path("audit.log");
+        let mut plugins = vec!["NamespaceLifecycle".to_string()];
+        plugins.extend(opts.admission_plugins.iter().cloned());
+        processes.push(Supervised::spawn(
+            "kube-apiserver",
+            &apiserver_bin,
+            &[
+                format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={port}"),
+                format!("--advertise-address={}", opts.advertise_address),
+                format!("--tls-cert-file={}", path("apiserver.crt").display()),
+                format!("--tls-private-key-file={}", path("apiserver.key").display()),
+                format!("--client-ca-file={}", path("ca.crt").display()),
+                format!("--token-auth-file={}", path("tokens.csv").display()),
+                "--authorization-mode=RBAC".into(),
+                "--anonymous-auth=false".into(),
+                "--service-account-issuer=https://kubernetes.default.svc".into(),
+                format!("--service-account-key-file={}", path("sa.pub").display()),
+                format!(
+                    "--service-account-signing-key-file={}",
+                    path("sa.key").display()
+                ),
+                "--service-cluster-ip-range=10.96.0.0/12".into(),
+                format!("--endpoint-reconciler-type={}", opts.endpoint_reconciler),
+                format!("--enable-admission-plugins={}", plugins.join(",")),
+                "--allow-privileged=true".into(),
+                format!(
+                    "--audit-policy-file={}",
+                    path("audit-policy.yaml").display()
+                ),
+                format!("--audit-log-path={}", audit_path.display()),
+                "--audit-log-format=json".into(),
+                "--audit-log-mode=blocking".into(),
+                "--profiling=false".into(),
+                "--enable-priority-and-fairness=false".into(),
+                format!("--cert-dir={}", path("certs").display()),
+                "--v=0".into(),
+            ],
+            dir.path(),
+        )?);
+
+        let mut cluster = Cluster {
+            url,
+            ca_pem: pki.ca_pem,
+            admin_token,
+            cluster_admin_token,
+            processes,
+            audit_path,
+            name: opts.name.clone(),
+            dir,
+            admin: None,
+        };
+        cluster.admin =
+            Some(client_from(&cluster.kubeconfig_for(ADMIN_USER, &cluster.admin_token)).await?);
+        cluster.wait_ready().await?;
+
+        let kubeconfig = cluster.dir.path().join("admin.kubeconfig");
+        write(
+            &kubeconfig,
+            &cluster.kubeconfig_for(ADMIN_USER, &cluster.admin_token),
+        )?;
+        let kubeconfig_flag = format!("--kubeconfig={}", kubeconfig.display());
+        if opts.controller_manager || opts.scheduler {
+            let kcm = binary("kube-controller-manager")?;
+            let sa_key = format!(
+                "--service-account-private-key-file={}",
+                cluster.dir.path().join("sa.key").display()
+            );
+            let root_ca = format!(
+                "--root-ca-file={}",
+                cluster.dir.path().join("ca.crt").display()
+            );
+            let p = Supervised::spawn(
+                "kube-controller-manager",
+                &kcm,
+                &[
+                    kubeconfig_flag.clone(),
+                    sa_key,
+                    root_ca,
+                    "--leader-elect=false".into(),
+                    "--use-service-account-credentials=false".into(),
+                    "--secure-port=0".into(),
+                    // No node IPAM: simulated nodes need no pod CIDRs.
+                    "--controllers=*,-nodeipam".into(),
+                    // Pods of simulated nodes are never evicted for a missed heartbeat.
+                    "--node-monitor-grace-period=1h".into(),
+                    "--concurrent-gc-syncs=5".into(),
+                    "--v=0".into(),
+                ],
+                cluster.dir.path(),
+            )?;
+            cluster.processes.push(p);
+        }
+        if opts.scheduler {
+            let scheduler = binary("kube-scheduler")?;
+            let p = Supervised::spawn(
+                "kube-scheduler",
+                &scheduler,
+                &[
+                    kubeconfig_flag.clone(),
+                    "--leader-elect=false".into(),
+                    "--secure-port=0".into(),
+                    "--v=0".into(),
+                ],
+                cluster.dir.path(),
+            )?;
+            cluster.processes.push(p);
+            let kwok = binary("kwok")?;
+            let p = Supervised::spawn(
+                "kwok",
+                &kwok,
+                &[
+                    kubeconfig_flag,
+                    format!("--config={}", binary("kwok-stages.yaml")?.display()),
+                    "--manage-all-nodes=true".into(),
+                    "--cidr=10.244.0.1/16".into(),
+                    "--node-ip=10.0.0.1".into(),
+                    "--server-address=127.0.0.1:0".into(),
+                ],
+                cluster.dir.path(),
+            )?;
+            cluster.processes.push(p);
+            for i in 0..opts.nodes {
+                cluster.add_node(&format!("node-{i}")).await?;
+            }
+        }
+        if opts.controller_manager || opts.scheduler {
+            cluster.wait_default_service_account().await?;
+        }
+        Ok(cluster)
+    }
+
+    async fn wait_ready(&self) -> Result<(), Error> {
+        let client = self.admin_client();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+        loop {
+            let req = http_get("/readyz");
+            if let Ok(text) = client.request_text(req).await
+                && text.trim() == "ok"
+            {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline || self.processes.iter().any(|p| p.exited()) {
+                return Err(self.not_ready("kube-apiserver", 180));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn wait_default_service_account(&self) -> Result<(), Error> {
+        let api: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            kube::Api::namespaced(self.admin_client(), "default");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Ok(Some(_)) = api.get_opt("default").await {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline || self.processes.iter().any(|p| p.exited()) {
+                return Err(self.not_ready("kube-controller-manager", 120));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    fn not_ready(&self, what: &str, secs: u64) -> Error {
+        // A process that ended is the likelier culprit than the one waited for.
+        let culprit = self
+            .processes
+            .iter()
+            .find(|p| p.exited())
+            .or_else(|| self.processes.iter().find(|p| p.name == what));
+        let log = culprit
+            .map(|p| format!("[{}]\n{}", p.name, p.log_tail(30)))
+            .unwrap_or_default();
+        Error::NotReady {
+            what: format!("{what} of {}", self.name),
+            secs,
+            log,
+        }
+    }
+
+    /// Registers a simulated node `name` (kwok keeps it Ready and runs its pods).
+    pub async fn add_node(&self, name: &str) -> Result<(), Error> {
+        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok"},
+                         "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"}},
+            "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+                       "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"}}
+        }))
+        .expect("a valid Node");
+        let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(self.admin_client());
+        api.create(&Default::default(), &node)
+            .await
+            .map_err(|e| Error::Client(format!("create Node {name}: {e}")))?;
+        Ok(())
+    }
+
+    /// `https://127.0.0.1:PORT`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The CA (PEM) that signed the API server's serving certificate.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// A kubeconfig of [`CLUSTER_ADMIN_USER`] (`system:masters`), as CAPI
+    /// writes `<cluster>-kubeconfig`.
+    pub fn kubeconfig_yaml(&self) -> String {
+        self.kubeconfig_for(CLUSTER_ADMIN_USER, &self.cluster_admin_token)
+    }
+
+    /// A kubeconfig that authenticates with `token`.
+    pub fn kubeconfig_for(&self, user: &str, token: &str) -> String {
+        let ca = base64::engine::general_purpose::STANDARD.encode(&self.ca_pem);
+        let name = &self.name;
+        format!(
+            "apiVersion: v1
+kind: Config
+clusters:
+- name: {name}
+  cluster:
+    server: {url}
+    certificate-authority-data: {ca}
+contexts:
+- name: {name}
+  context:
+    cluster: {name}
+    user: {user}
+    namespace: default
+current-context: {name}
+users:
+- name: {user}
+  user:
+    token: {token}
+",
+            url = self.url
+        )
+    }
+
+    /// A client for the admin user.
+    pub fn admin_client(&self) -> kube::Client {
+        self.admin
+            .clone()
+            .expect("the admin client is built at start")
+    }
+
+    /// A client that authenticates with `token` (e.g. from a TokenRequest).
+    pub async fn client_with_token(&self, token: &str) -> kube::Client {
+        client_from(&self.kubeconfig_for("token-user", token))
+            .await
+            .expect("a token client for a local API server")
+    }
+
+    /// A one-hour token of ServiceAccount `namespace/name` (TokenRequest).
+    pub async fn service_account_token(&self, namespace: &str, name: &str) -> String {
+        let api: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            kube::Api::namespaced(self.admin_client(), namespace);
+        let request: k8s_openapi::api::authentication::v1::TokenRequest =
+            serde_json::from_value(serde_json::json!({
+                "spec": {"audiences": ["https://kubernetes.default.svc"], "expirationSeconds": 3600}
+            }))
+            .expect("a valid TokenRequest");
+        let response = api
+            .create_token_request(name, &Default::default(), &request)
+            .await
+            .unwrap_or_else(|e| panic!("TokenRequest for {namespace}/{name}: {e}"));
+        response.status.expect("a token in the status").token
+    }
+
+    /// Every request the API server finished so far, from its audit log.
+    pub fn request_log(&self) -> Vec<AuditRecord> {
+        audit::read(&self.audit_path)
+    }
+
+    /// Requests made by `user` (e.g. `system:serviceaccount:ns:name`).
+    pub fn requests_by(&self, user: &str) -> Vec<AuditRecord> {
+        self.request_log()
+            .into_iter()
+            .filter(|r| r.user == user)
+            .collect()
+    }
+
+    /// The folder that holds the control plane's files and logs.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The last lines of a process's log (`etcd`, `kube-apiserver`, ...).
+    pub fn log_tail(&self, process: &str, lines: usize) -> String {
+        self.processes
+            .iter()
+            .find(|p| p.name == process)
+            .map(|p| p.log_tail(lines))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        while let Some(mut p) = self.processes.pop() {
+            p.stop();
+        }
+        if std::env::var_os("REALKUBE_KEEP").is_some() {
+            let kept = self.dir.path().to_path_buf();
+            eprintln!("realkube: kept {}", kept.display());
+            let _ = std::mem::replace(
+                &mut self.dir,
+                tempfile::tempdir().expect("a temporary folder"),
+            )
+            .keep();
+        }
+    }
+}
+
+fn http_get(path: &str) -> http::Request<Vec<u8>> {
+    http::Request::get(path)
+        .body(Vec::new())
+        .expect("a valid request")
+}
+
+/// A kube client from kubeconfig text.
+pub async fn client_from(kubeconfig: &str) -> Result<kube::Client, Error> {
+    let parsed = Kubeconfig::from_yaml(kubeconfig).map_err(|e| Error::Client(e.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| Error::Client(e.to_string()))?;
+    kube::Client::try_from(config).map_err(|e| Error::Client(e.to_string()))
+}

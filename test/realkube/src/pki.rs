@@ -1,0 +1,54 @@
+//! A throw-away PKI per control plane: a CA, the API server's serving
+//! certificate for 127.0.0.1 and localhost, the ServiceAccount signing key and
+//! the admin token.
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose, SanType};
+
+pub struct Pki {
+    pub ca_pem: String,
+    pub serving_cert_pem: String,
+    pub serving_key_pem: String,
+    pub service_account_key_pem: String,
+    pub service_account_public_pem: String,
+    pub admin_token: String,
+}
+
+pub fn generate() -> Result<Pki, rcgen::Error> {
+    let ca_key = KeyPair::generate()?;
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.distinguished_name
+        .push(DnType::CommonName, "realkube-ca");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let issuer = rcgen::Issuer::from_params(&ca, &ca_key);
+
+    let serving_key = KeyPair::generate()?;
+    let mut serving = CertificateParams::new(vec!["localhost".to_string()])?;
+    serving
+        .distinguished_name
+        .push(DnType::CommonName, "kube-apiserver");
+    serving
+        .subject_alt_names
+        .push(SanType::IpAddress([127, 0, 0, 1].into()));
+    serving.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    let serving_cert = serving.signed_by(&serving_key, &issuer)?;
+
+    let service_account_key = KeyPair::generate()?;
+    // 32 random bytes from a fresh key's DER are as good a token as any here.
+    let token: String = KeyPair::generate()?
+        .serialize_der()
+        .iter()
+        .rev()
+        .take(24)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Ok(Pki {
+        ca_pem: ca_cert.pem(),
+        serving_cert_pem: serving_cert.pem(),
+        serving_key_pem: serving_key.serialize_pem(),
+        service_account_key_pem: service_account_key.serialize_pem(),
+        service_account_public_pem: service_account_key.public_key_pem(),
+        admin_token: token,
+    })
+}
