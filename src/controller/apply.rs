@@ -35,9 +35,20 @@ pub fn up_to_date(desired: &DynamicObject, digest: &str, existing: Option<&Dynam
         .map(String::as_str)
         == Some(digest)
         && is_subset(
-            &serde_json::to_value(desired).unwrap_or_default(),
+            &without_types(desired),
             &serde_json::to_value(existing).unwrap_or_default(),
         )
+}
+
+/// An object without `apiVersion` and `kind`: the items of a list of a
+/// built-in kind carry neither, so a cache filled by a list never has them.
+fn without_types(obj: &DynamicObject) -> serde_json::Value {
+    let mut value = serde_json::to_value(obj).unwrap_or_default();
+    if let Some(map) = value.as_object_mut() {
+        map.remove("apiVersion");
+        map.remove("kind");
+    }
+    value
 }
 
 /// True when `existing` was applied by us from this very `desired` (same
@@ -130,7 +141,7 @@ pub async fn apply_fields(
 ) -> Result<bool, Error> {
     let fields_present = existing.is_some_and(|e| {
         is_subset(
-            &serde_json::to_value(&desired).unwrap_or_default(),
+            &without_types(&desired),
             &serde_json::to_value(e).unwrap_or_default(),
         )
     });
@@ -191,6 +202,21 @@ mod tests {
         let existing = json!({"metadata": {"name": "a", "uid": "u", "labels": {"x": "1", "y": "2"}},
                               "spec": {"rules": [{"host": "h", "extra": true}]}, "status": {}});
         assert!(is_subset(&desired, &existing));
+    }
+
+    #[test]
+    fn an_object_listed_without_its_types_is_up_to_date() {
+        // A real API server lists built-in kinds without apiVersion and kind.
+        let desired: kube::api::DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": "a", "namespace": "n"}, "spec": {"rules": [{"host": "h"}]}}))
+        .unwrap();
+        let digest = super::digest(&desired);
+        let listed: kube::api::DynamicObject = serde_json::from_value(json!({
+            "metadata": {"name": "a", "namespace": "n", "annotations": {super::APPLIED_DIGEST_ANNOTATION: digest}},
+            "spec": {"rules": [{"host": "h"}]}}))
+        .unwrap();
+        assert!(super::up_to_date(&desired, &digest, Some(&listed)));
     }
 
     #[test]

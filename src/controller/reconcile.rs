@@ -67,6 +67,9 @@ fn key(cpi: &ControlPlaneIngress) -> String {
 pub const FINALIZER: &str = "hcp-ingress.dev/workload-cleanup";
 
 async fn with_finalizer(cpi: Arc<ControlPlaneIngress>, ctx: &Context) -> Result<Action, Error> {
+    // The pause is read from the Cluster cache: a cache still filling would
+    // take a paused Cluster for an absent one and write.
+    ctx.caches_ready().await?;
     // Paused objects get no writes at all, the finalizer included.
     if cpi.metadata.deletion_timestamp.is_none()
         && let Some(reason) = paused(&cpi, ctx.cluster_of(&cpi).as_deref())
@@ -165,8 +168,7 @@ async fn cleanup(cpi: &ControlPlaneIngress, ctx: &Context) -> Result<Action, Err
 }
 
 async fn reconcile_stages(cpi: &ControlPlaneIngress, ctx: &Context) -> Result<Action, Error> {
-    // Fetch: everything from the watch caches.
-    ctx.caches_ready().await?;
+    // Fetch: everything from the watch caches (filled: see with_finalizer).
     let cluster = ctx.cluster_of(cpi);
 
     // Validate and build: pure.

@@ -817,7 +817,11 @@ async fn check_workload(server: &TestApi, cpi: &ControlPlaneIngress, what: &str)
         (
             "kube-system",
             ApiResource::erase::<ConfigMap>(&()),
-            one("hcp-ingress-proxy"),
+            // The proxy's config, and the record of what steering took.
+            ["hcp-ingress-proxy", "hcp-ingress-steering"]
+                .into_iter()
+                .map(String::from)
+                .collect(),
         ),
         (
             "kube-system",

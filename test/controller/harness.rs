@@ -44,10 +44,29 @@ pub enum Server {
     Real(Box<Real>),
 }
 
-/// A real control plane and where its request log was last cleared.
+/// A real control plane, where its request log was last cleared, and whose
+/// requests must never have been rejected.
 pub struct Real {
     pub cluster: realkube::Cluster,
     log_from: Mutex<usize>,
+    /// Checked when the test ends well: the requests of this user (the
+    /// controller's identity on this server) were never rejected.
+    checked_user: Mutex<Option<String>>,
+}
+
+impl Drop for Real {
+    fn drop(&mut self) {
+        let user = self.checked_user.lock().unwrap().clone();
+        if let Some(user) = user
+            && !std::thread::panicking()
+        {
+            let rejected = rejections(&self.cluster, &user);
+            assert!(
+                rejected.is_empty(),
+                "the API server rejected requests of {user}: {rejected:#?}"
+            );
+        }
+    }
 }
 
 impl Server {
@@ -60,7 +79,15 @@ impl Server {
         Server::Real(Box::new(Real {
             cluster,
             log_from: Mutex::new(0),
+            checked_user: Mutex::new(None),
         }))
+    }
+
+    /// Fail the test at its end if a request of `user` was rejected (see [`rejections`]).
+    pub fn check_rejections_of(&self, user: &str) {
+        if let Server::Real(real) = self {
+            *real.checked_user.lock().unwrap() = Some(user.to_string());
+        }
     }
 
     /// A client with every permission (the test's own).
@@ -230,25 +257,19 @@ impl Management {
     pub fn start_with(&self, settings: Settings) -> Running {
         start_with(self.controller.clone(), settings)
     }
-
-    /// The controller's requests that the API server rejected (4xx other than
-    /// 404 on a read, and 409 on a create, both of which the controller
-    /// expects), across the whole test.
-    pub fn controller_rejections(&self) -> Vec<String> {
-        rejections(self.api.real(), &controller_user())
-    }
 }
 
-/// Requests of `user` that `cluster` rejected.
+/// Requests of `user` that `cluster` rejected: every 4xx but a 404 on a
+/// read or delete (looking is how we learn something is absent), a 409
+/// (optimistic concurrency: a lost race is retried) and a 429 (come back later).
 pub fn rejections(cluster: &realkube::Cluster, user: &str) -> Vec<String> {
     cluster
         .requests_by(user)
         .into_iter()
-        .filter(|r| (400..500).contains(&r.status))
+        .filter(|r| (400..500).contains(&r.status) && !matches!(r.status, 409 | 429))
         .filter(|r| {
             !(r.status == 404 && matches!(r.verb.as_str(), "get" | "list" | "delete" | "discovery"))
         })
-        .filter(|r| !(r.status == 409 && r.verb == "create"))
         .map(|r| format!("{} {} {}: {}", r.verb, r.uri, r.status, r.message))
         .collect()
 }
@@ -284,6 +305,7 @@ pub async fn management(except: &[&str]) -> Management {
         .await;
     let controller = api.real().client_with_token(&token).await;
     let controller_kubeconfig = api.real().kubeconfig_for("controller", &token);
+    api.check_rejections_of(&controller_user());
     Management {
         api,
         client,
