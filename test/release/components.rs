@@ -636,6 +636,39 @@ fn rbac_has_no_wildcards_and_exactly_what_the_controller_needs() {
         (false, "k0rdent.mirantis.com", "clusterdeployments", READ),
         (false, "kamaji.clastix.io", "tenantcontrolplanes", READ),
         (false, "steward.butlerlabs.dev", "tenantcontrolplanes", READ),
+        // Owner references with blockOwnerDeletion towards Clusters and
+        // sources: OwnerReferencesPermissionEnforcement asks for these.
+        (
+            false,
+            "cluster.x-k8s.io",
+            "clusters/finalizers",
+            &["update"],
+        ),
+        (
+            false,
+            "controlplane.cluster.x-k8s.io",
+            "k0smotroncontrolplanes/finalizers",
+            &["update"],
+        ),
+        (false, "k0smotron.io", "clusters/finalizers", &["update"]),
+        (
+            false,
+            "k0rdent.mirantis.com",
+            "clusterdeployments/finalizers",
+            &["update"],
+        ),
+        (
+            false,
+            "kamaji.clastix.io",
+            "tenantcontrolplanes/finalizers",
+            &["update"],
+        ),
+        (
+            false,
+            "steward.butlerlabs.dev",
+            "tenantcontrolplanes/finalizers",
+            &["update"],
+        ),
         (false, "", "secrets", &["get"]),
         (false, "networking.k8s.io", "ingresses", MANAGE),
         (false, "traefik.io", "ingressroutetcps", MANAGE),

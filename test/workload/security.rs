@@ -94,10 +94,52 @@ fn runs_on_every_node_before_anything_else() {
 }
 
 #[test]
+fn no_host_ports_so_a_surge_pod_fits_next_to_the_old_one() {
+    // A hostNetwork pod's container ports are host ports, and the scheduler
+    // never places two pods with one host port on a node: a rolling update
+    // with maxSurge would stay Pending. The proxy shares its ports with
+    // SO_REUSEPORT instead.
+    for fixture in [
+        "reencrypt-advertise-address.yaml",
+        "service-steering.yaml",
+        "proxy-protocol.yaml",
+    ] {
+        let pod = pod(fixture);
+        assert!(
+            pod["containers"][0].get("ports").is_none(),
+            "{fixture}: {pod:#}"
+        );
+    }
+    let ds = object(
+        &render(&fixture("reencrypt-advertise-address.yaml"), false),
+        "DaemonSet",
+        "hcp-ingress-proxy",
+    )
+    .clone();
+    assert_eq!(
+        ds["spec"]["updateStrategy"]["rollingUpdate"],
+        json!({"maxSurge": 1, "maxUnavailable": 0})
+    );
+}
+
+#[test]
 fn probes_hit_the_admin_port_on_loopback() {
     let pod = pod("reencrypt-advertise-address.yaml");
     let c = &pod["containers"][0];
-    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+    // Readiness names the pod template revision the process was started with:
+    // during a surge the old pod shares the admin port and must not vouch.
+    let revision = c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "HCP_PROXY_REVISION")
+        .and_then(|e| e["value"].as_str())
+        .expect("the revision is passed to the proxy");
+    let ready = format!("/readyz/{revision}");
+    for (probe, path) in [
+        ("livenessProbe", "/healthz"),
+        ("readinessProbe", ready.as_str()),
+    ] {
         let get = &c[probe]["httpGet"];
         assert_eq!(
             (
