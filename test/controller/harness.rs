@@ -15,10 +15,7 @@ use hcp_ingress::{
     controller::{Settings, run},
     render::RouteKind,
 };
-use k8s_openapi::{
-    api::core::v1::Namespace,
-    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-};
+use k8s_openapi::api::core::v1::Namespace;
 use kube::{
     Api, Client,
     api::{DynamicObject, Patch, PatchParams, PostParams},
@@ -164,14 +161,12 @@ impl Server {
                 api.load_crds(path)
                     .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             }
-            Server::Real(_) => {
+            Server::Real(real) => {
                 let text = std::fs::read_to_string(path).unwrap();
-                let client = self.client();
-                for doc in documents(&text) {
-                    if doc["kind"] == "CustomResourceDefinition" {
-                        apply_crd(&client, doc).await;
-                    }
-                }
+                real.cluster
+                    .apply_crds(&text)
+                    .await
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             }
         }
     }
@@ -186,52 +181,13 @@ pub fn documents(text: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Create or update a CRD and wait until it is Established.
-async fn apply_crd(client: &Client, crd: Value) {
-    let name = crd["metadata"]["name"].as_str().unwrap().to_string();
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    api.patch(
-        &name,
-        &PatchParams::apply("test-setup").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("CRD {name}: {e}"));
-    eventually(&format!("CRD {name} Established"), || async {
-        let crd = api.get_opt(&name).await.ok()??;
-        crd.status?
-            .conditions?
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True")
-            .then_some(())
-    })
-    .await;
-    // Established comes before the watch cache is filled (a list answers 429
-    // "storage is (re)initializing" until then): wait for a list to work.
-    let spec = &crd["spec"];
-    let version = spec["versions"]
-        .as_array()
-        .and_then(|v| v.iter().find(|v| v["served"] == true))
-        .and_then(|v| v["name"].as_str())
-        .unwrap();
-    let gvk = kube::api::GroupVersionKind::gvk(
-        spec["group"].as_str().unwrap(),
-        version,
-        spec["names"]["kind"].as_str().unwrap(),
-    );
-    let resource = kube::api::ApiResource::from_gvk_with_plural(
-        &gvk,
-        spec["names"]["plural"].as_str().unwrap(),
-    );
-    let objects: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-    eventually(&format!("{name} served"), || async {
-        objects
-            .list(&kube::api::ListParams::default().limit(1))
-            .await
-            .ok()
-            .map(drop)
-    })
-    .await;
+/// Create or update a CRD and wait until it is served.
+async fn apply_crd(server: &realkube::Cluster, crd: Value) {
+    let text = serde_json::to_string(&crd).unwrap();
+    server
+        .apply_crds(&text)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// A management cluster: the API server with the upstream CRDs and ours,
@@ -293,7 +249,7 @@ pub async fn management(except: &[&str]) -> Management {
     }
     for object in release_components() {
         match object["kind"].as_str().unwrap_or_default() {
-            "CustomResourceDefinition" => apply_crd(&client, object).await,
+            "CustomResourceDefinition" => apply_crd(api.real(), object).await,
             "Deployment" | "Service" => {}
             _ => drop(apply_as(&client, object, "clusterctl").await),
         }

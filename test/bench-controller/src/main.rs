@@ -16,7 +16,15 @@
 //!
 //! Requests are attributed by `User-Agent`: the controller's client sends
 //! [`CONTROLLER_AGENT`], the benchmark's own clients (seeding, convergence
-//! polls) send [`BENCH_AGENT`], and only the controller's are counted.
+//! polls) send [`BENCH_AGENT`], and only the controller's are counted. On a
+//! real kube-apiserver (`--api real`) they are attributed by user, from its
+//! audit log, and the API server's and etcd's own CPU is measured too.
+//!
+//! With `--workloads` every cluster also gets its workload side: an
+//! in-memory workload API server (`<cluster>-kubeconfig`), the cluster CA
+//! (`<cluster>-ca`) and a stand-in kubelet that reports the proxy DaemonSet
+//! ready; a cluster has converged when its route is ready, its endpoints
+//! steered and its cloud-controller-manager configured.
 #![forbid(unsafe_code)]
 
 use std::{
@@ -36,10 +44,15 @@ use hcp_ingress::{
     api::ControlPlaneIngress,
     controller::{Settings, run},
 };
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::{
+    apps::v1::DaemonSet,
+    core::v1::{Namespace, Secret},
+};
 use kube::{
     Api, Client,
-    api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams},
+    api::{
+        ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+    },
 };
 use memkube::{RequestMatch, RequestRecord, TestApi};
 use serde_json::{Value, json};
@@ -53,9 +66,18 @@ const CONTROLLER_AGENT: &str = "hcp-ingress-controller";
 const BENCH_AGENT: &str = "hcp-bench";
 /// Route flavors, in turn.
 const FLAVORS: [&str; 4] = ["haproxy", "nginx", "traefik", "gateway"];
-/// Targets of issue 5.
+/// Targets: 1,000 clusters with their workload sides on 2 cores.
 const TARGET_CONVERGE_SECS: f64 = 60.0;
-const TARGET_RSS_MIB: f64 = 200.0;
+const TARGET_RSS_MIB: f64 = 150.0;
+
+/// Which management API server the controller talks to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ApiKind {
+    /// The in-memory API server, with `--latency-ms` added to every request.
+    Memkube,
+    /// A real etcd and kube-apiserver (hack/kube/build.sh).
+    Real,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Role {
@@ -99,14 +121,26 @@ struct Args {
     /// Give up converging after this many seconds.
     #[arg(long, default_value_t = 180)]
     timeout_secs: u64,
+    /// Management API servers, one run each per N, side by side in the table.
+    #[arg(long = "api", value_enum, default_values_t = [ApiKind::Memkube])]
+    api: Vec<ApiKind>,
+    /// Give every cluster its workload side (see the module docs).
+    #[arg(long)]
+    workloads: bool,
 }
 
 impl Args {
     /// Flags for a child process of `role` measuring `n`.
-    fn child_args(&self, role: &str, n: usize) -> Vec<String> {
+    fn child_args(&self, role: &str, n: usize, api: ApiKind) -> Vec<String> {
         let mut args = vec![
             format!("--role={role}"),
             format!("--n={n}"),
+            format!(
+                "--api={}",
+                api.to_possible_value()
+                    .expect("no skipped variants")
+                    .get_name()
+            ),
             format!("--latency-ms={}", self.latency_ms),
             format!("--resync-secs={}", self.resync_secs),
             format!("--schemas={}", self.schemas.display()),
@@ -120,7 +154,14 @@ impl Args {
         if self.workload_proxy {
             args.push("--workload-proxy".into());
         }
+        if self.workloads {
+            args.push("--workloads".into());
+        }
         args
+    }
+
+    fn single_api(&self) -> ApiKind {
+        self.api.first().copied().unwrap_or(ApiKind::Memkube)
     }
 
     fn single_n(&self) -> usize {
@@ -162,11 +203,15 @@ fn main() -> ExitCode {
 async fn orchestrate(args: &Args) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("failed to find this binary: {e}"))?;
     let mut results = Vec::new();
-    for &n in &args.n {
-        eprintln!("== N = {n}");
+    for (&api, &n) in args
+        .api
+        .iter()
+        .flat_map(|api| args.n.iter().map(move |n| (api, n)))
+    {
+        eprintln!("== {api:?}, N = {n}");
         // Not `output()`: tokio's would capture stderr, the progress report.
         let output = tokio::process::Command::new(&exe)
-            .args(args.child_args("run", n))
+            .args(args.child_args("run", n, api))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -223,9 +268,18 @@ fn print_details(r: &Value) {
         }
     }
     println!(
-        "  CPU during convergence: controller {:.2} s, memkube {:.2} s (incl. seeding)",
+        "  CPU during convergence: controller {:.2} s, API server process {:.2} s (incl. seeding){}",
         f(r, "cpu_converge_secs"),
         f(&r["converge"], "cpu_secs"),
+        if r["api"] == "real" {
+            format!(
+                ", kube-apiserver {:.2} s, etcd {:.2} s",
+                f(&r["converge"], "apiserver_cpu_secs"),
+                f(&r["converge"], "etcd_cpu_secs")
+            )
+        } else {
+            String::new()
+        },
     );
     println!(
         "  steady state: {} requests ({} writes) and {} reconciles in {} s",
@@ -254,7 +308,11 @@ fn print_table(args: &Args, results: &[Value]) {
     let mut header = "| metric | target |".to_string();
     let mut rule = "|---|---|".to_string();
     for r in results {
-        header.push_str(&format!(" N={} |", r["n"]));
+        header.push_str(&format!(
+            " {} N={} |",
+            r["api"].as_str().unwrap_or("memkube"),
+            r["n"]
+        ));
         rule.push_str("---|");
     }
     println!("{header}");
@@ -303,7 +361,7 @@ fn print_table(args: &Args, results: &[Value]) {
     });
     row(
         "peak RSS of the controller process (MiB)",
-        "< 200 MiB",
+        "< 150 MiB",
         &|r| {
             let m = f(r, "rss_peak_mib");
             format!("{m:.1} {}", verdict(m < TARGET_RSS_MIB))
@@ -314,9 +372,34 @@ fn print_table(args: &Args, results: &[Value]) {
         "—",
         &|r| format!("{:.1}", f(r, "rss_base_mib")),
     );
-    row("peak RSS of memkube, separate process (MiB)", "—", &|r| {
-        format!("{:.1}", f(r, "memkube_rss_peak_mib"))
+    row(
+        "peak RSS of the serving process (memkube, or the bench's workload servers) (MiB)",
+        "—",
+        &|r| format!("{:.1}", f(r, "memkube_rss_peak_mib")),
+    );
+    row("kube-apiserver CPU in the steady window (s)", "—", &|r| {
+        real_only(r, |r| {
+            format!("{:.2}", f(&r["steady"], "apiserver_cpu_since_clear"))
+        })
     });
+    row("etcd CPU in the steady window (s)", "—", &|r| {
+        real_only(r, |r| {
+            format!("{:.2}", f(&r["steady"], "etcd_cpu_since_clear"))
+        })
+    });
+    row("kube-apiserver peak RSS (MiB)", "—", &|r| {
+        real_only(r, |r| {
+            format!("{:.1}", f(&r["steady"], "apiserver_rss_mib"))
+        })
+    });
+}
+
+fn real_only(r: &Value, cell: impl Fn(&Value) -> String) -> String {
+    if r["api"] == "real" {
+        cell(r)
+    } else {
+        "—".into()
+    }
 }
 
 // ----------------------------------------------------------------- run role
@@ -356,7 +439,12 @@ impl<S: tracing::Subscriber> Layer<S> for ReconcileCounter {
 
 /// Peak resident set size of this process (`VmHWM`), in MiB.
 fn vmhwm_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
+    vmhwm_mib_of("self")
+}
+
+/// Peak resident set size of process `pid` (`self` for this one), in MiB.
+fn vmhwm_mib_of(pid: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
@@ -368,8 +456,13 @@ fn vmhwm_mib() -> f64 {
 
 /// CPU time (user + system) this process used so far, in seconds.
 fn cpu_secs() -> f64 {
-    // Fields 14 and 15 of /proc/self/stat, after the parenthesized command name.
-    std::fs::read_to_string("/proc/self/stat")
+    cpu_secs_of("self")
+}
+
+/// CPU time (user + system) of process `pid` (`self` for this one), in seconds.
+fn cpu_secs_of(pid: &str) -> f64 {
+    // Fields 14 and 15 of /proc/<pid>/stat, after the parenthesized command name.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| {
             let fields: Vec<u64> = s
@@ -410,7 +503,7 @@ impl Server {
         let exe =
             std::env::current_exe().map_err(|e| format!("failed to find this binary: {e}"))?;
         let mut child = tokio::process::Command::new(exe)
-            .args(args.child_args("serve", n))
+            .args(args.child_args("serve", n, args.single_api()))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -424,12 +517,9 @@ impl Server {
             stdin,
             stdout,
         };
+        // `url <memkube URL>` or `kubeconfig <file>` (a real API server).
         let line = server.line().await?;
-        let url = line
-            .strip_prefix("url ")
-            .ok_or_else(|| format!("memkube said {line:?}"))?
-            .to_string();
-        Ok((server, url))
+        Ok((server, line))
     }
 
     async fn line(&mut self) -> Result<String, String> {
@@ -502,7 +592,17 @@ async fn measure(args: &Args) -> Result<(), String> {
         settings.concurrency = c;
     }
     let concurrency = settings.concurrency;
-    let controller_client = client(&url, CONTROLLER_AGENT)?;
+    let controller_client = match url.split_once(' ') {
+        Some(("url", url)) => client(url, CONTROLLER_AGENT)?,
+        Some(("kubeconfig", path)) => {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("failed to read {path}: {e}"))?;
+            realkube::client_from(&text)
+                .await
+                .map_err(|e| e.to_string())?
+        }
+        _ => return Err(format!("the API server said {url:?}")),
+    };
     let token = CancellationToken::new();
     let cpu_start = cpu_secs();
     let started = Instant::now();
@@ -568,6 +668,7 @@ async fn measure(args: &Args) -> Result<(), String> {
     let _ = server.child.kill().await;
 
     let result = json!({
+        "api": if args.single_api() == ApiKind::Real { "real" } else { "memkube" },
         "n": n,
         "concurrency": concurrency,
         "converged": ready,
@@ -592,53 +693,332 @@ async fn measure(args: &Args) -> Result<(), String> {
 
 // --------------------------------------------------------------- serve role
 
-/// memkube with the CRDs and N seeded clusters, latency on, driven over stdio.
+/// The management API server and what the bench needs from it.
+enum Management {
+    Memkube(TestApi),
+    Real {
+        cluster: Box<realkube::Cluster>,
+        /// Audit records before this index were cleared.
+        log_from: usize,
+        /// kube-apiserver and etcd CPU seconds at the last `clear`.
+        cpu_at_clear: (f64, f64),
+    },
+}
+
+impl Management {
+    fn process_cpu(&self, name: &str) -> f64 {
+        match self {
+            Management::Real { cluster, .. } => cluster
+                .pid(name)
+                .map_or(f64::NAN, |pid| cpu_secs_of(&pid.to_string())),
+            Management::Memkube(_) => f64::NAN,
+        }
+    }
+
+    fn clear(&mut self) {
+        let cpu = (self.process_cpu("kube-apiserver"), self.process_cpu("etcd"));
+        match self {
+            Management::Memkube(api) => api.clear_request_log(),
+            Management::Real {
+                cluster,
+                log_from,
+                cpu_at_clear,
+            } => {
+                *log_from = cluster.request_log().len();
+                *cpu_at_clear = cpu;
+            }
+        }
+    }
+
+    fn stats(&self) -> Value {
+        match self {
+            Management::Memkube(api) => stats(&api.request_log()),
+            Management::Real {
+                cluster,
+                log_from,
+                cpu_at_clear,
+            } => {
+                // The controller authenticates as the kubeconfig's user.
+                let log: Vec<RequestRecord> = cluster.request_log()[*log_from..]
+                    .iter()
+                    .filter(|r| r.user == realkube::CLUSTER_ADMIN_USER)
+                    .map(|r| RequestRecord {
+                        verb: r.verb.clone(),
+                        method: String::new(),
+                        path: r.path.clone(),
+                        query: String::new(),
+                        field_manager: None,
+                        user_agent: r.user.clone(),
+                        status: r.status,
+                    })
+                    .collect();
+                let mut stats = stats(&log);
+                let (apiserver, etcd) =
+                    (self.process_cpu("kube-apiserver"), self.process_cpu("etcd"));
+                stats["apiserver_cpu_secs"] = json!(apiserver);
+                stats["etcd_cpu_secs"] = json!(etcd);
+                stats["apiserver_cpu_since_clear"] = json!(apiserver - cpu_at_clear.0);
+                stats["etcd_cpu_since_clear"] = json!(etcd - cpu_at_clear.1);
+                stats["apiserver_rss_mib"] = json!(
+                    cluster
+                        .pid("kube-apiserver")
+                        .map_or(f64::NAN, |pid| vmhwm_mib_of(&pid.to_string()))
+                );
+                stats
+            }
+        }
+    }
+}
+
+/// The management API server with the CRDs and N seeded clusters (and their
+/// workload sides), driven over stdio.
 async fn serve(args: &Args) -> Result<(), String> {
     let n = args.single_n();
-    let api = TestApi::start_with(memkube::Options {
-        history: args.history,
-        ..Default::default()
-    })
-    .await
-    .map_err(|e| format!("failed to start memkube: {e}"))?;
-    load_schemas(&api, &args.schemas)?;
-    let ours: Value = serde_saphyr::from_str(&hcp_ingress::cli::crd_yaml())
-        .map_err(|e| format!("our CRD does not parse: {e}"))?;
-    api.add_crd(ours)
-        .map_err(|e| format!("failed to add our CRD: {e}"))?;
+    let ours = hcp_ingress::cli::crd_yaml();
+    let (mut management, setup) = match args.single_api() {
+        ApiKind::Memkube => {
+            let api = TestApi::start_with(memkube::Options {
+                history: args.history,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| format!("failed to start memkube: {e}"))?;
+            load_schemas(&api, &args.schemas)?;
+            let ours: Value = serde_saphyr::from_str(&ours)
+                .map_err(|e| format!("our CRD does not parse: {e}"))?;
+            api.add_crd(ours)
+                .map_err(|e| format!("failed to add our CRD: {e}"))?;
+            let setup = client(&api.url(), BENCH_AGENT)?;
+            (Management::Memkube(api), setup)
+        }
+        ApiKind::Real => {
+            let cluster = realkube::Cluster::start(realkube::Options {
+                name: "bench".into(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+            let mut files: Vec<PathBuf> = std::fs::read_dir(&args.schemas)
+                .map_err(|e| format!("{}: {e}", args.schemas.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+                .collect();
+            files.sort();
+            for path in files {
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                cluster
+                    .apply_crds(&text)
+                    .await
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+            cluster.apply_crds(&ours).await.map_err(|e| e.to_string())?;
+            let setup = cluster.admin_client();
+            let management = Management::Real {
+                cluster: Box::new(cluster),
+                log_from: 0,
+                cpu_at_clear: (0.0, 0.0),
+            };
+            (management, setup)
+        }
+    };
 
-    let setup = client(&api.url(), BENCH_AGENT)?;
     let seeding = Instant::now();
-    seed(&setup, n, args.namespaces.max(1), args.workload_proxy).await?;
+    let namespaces = args.namespaces.max(1);
+    seed(&setup, n, namespaces, args.workload_proxy || args.workloads).await?;
+    let workloads = if args.workloads {
+        workload_sides(&setup, n, namespaces).await?
+    } else {
+        Vec::new()
+    };
     eprintln!(
-        "memkube: seeded {n} Clusters and ControlPlaneIngresses in {:.2} s",
+        "bench: seeded {n} Clusters and ControlPlaneIngresses{} in {:.2} s",
+        if args.workloads {
+            " with their workload sides"
+        } else {
+            ""
+        },
         seeding.elapsed().as_secs_f64()
     );
-    api.add_latency(
-        RequestMatch::new("*", ""),
-        Duration::from_millis(args.latency_ms),
-    );
-    api.clear_request_log();
-    println!("url {}", api.url());
+    match &mut management {
+        Management::Memkube(api) => {
+            api.add_latency(
+                RequestMatch::new("*", ""),
+                Duration::from_millis(args.latency_ms),
+            );
+            management.clear();
+            if let Management::Memkube(api) = &management {
+                println!("url {}", api.url());
+            }
+        }
+        Management::Real { cluster, .. } => {
+            let path = cluster.dir().join("controller.kubeconfig");
+            std::fs::write(&path, cluster.kubeconfig_yaml())
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            management.clear();
+            println!("kubeconfig {}", path.display());
+        }
+    }
 
     let cpis: Api<ControlPlaneIngress> = Api::all(setup.clone());
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         let answer = match line.trim() {
             "converged" => {
-                let (route_ready, ready, total) = converged(&cpis).await?;
+                let (route_ready, ready, total) = converged(&cpis, args.workloads).await?;
                 format!("converged {route_ready} {ready} {total}")
             }
             "clear" => {
-                api.clear_request_log();
+                management.clear();
                 "ok".to_string()
             }
-            "stats" => format!("stats {}", stats(&api.request_log())),
+            "stats" => format!("stats {}", management.stats()),
             other => format!("error unknown command {other:?}"),
         };
         println!("{answer}");
     }
+    drop(workloads);
     Ok(())
+}
+
+/// The test CA every workload side's proxy certificate is minted from.
+const CA_CRT: &str = include_str!("../../workload/fixtures/ca.crt");
+const CA_KEY: &str = include_str!("../../workload/fixtures/ca.key");
+
+/// For each cluster: an in-memory workload API server as the API server
+/// leaves it (the `kubernetes` Service and Endpoints, a CCM), its
+/// `<cluster>-kubeconfig` and `<cluster>-ca` Secrets, the Cluster marked
+/// initialized, and a stand-in kubelet reporting the proxy ready.
+async fn workload_sides(
+    client: &Client,
+    n: usize,
+    namespaces: usize,
+) -> Result<Vec<TestApi>, String> {
+    let cluster_resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "cluster.x-k8s.io",
+        "v1beta2",
+        "Cluster",
+    ));
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let client = client.clone();
+            let cluster_resource = cluster_resource.clone();
+            async move {
+                let ns = namespace(i % namespaces);
+                let name = format!("tenant-{i:05}");
+                let workload = TestApi::start_with(memkube::Options {
+                    name: format!("workload-{i}"),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| format!("failed to start a workload API server: {e}"))?;
+                seed_workload(&workload.client()).await?;
+                tokio::spawn(kubelet(workload.client()));
+                let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+                for (secret, data) in [
+                    (
+                        format!("{name}-kubeconfig"),
+                        json!({"value": workload.kubeconfig_yaml()}),
+                    ),
+                    (
+                        format!("{name}-ca"),
+                        json!({"tls.crt": CA_CRT, "tls.key": CA_KEY}),
+                    ),
+                ] {
+                    let object: Secret = serde_json::from_value(
+                        json!({"metadata": {"name": secret, "namespace": ns}, "stringData": data}),
+                    )
+                    .map_err(|e| e.to_string())?;
+                    secrets
+                        .create(&PostParams::default(), &object)
+                        .await
+                        .map_err(|e| format!("failed to create Secret {ns}/{secret}: {e}"))?;
+                }
+                let clusters: Api<DynamicObject> =
+                    Api::namespaced_with(client, &ns, &cluster_resource);
+                clusters
+                    .patch_status(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(
+                            json!({"status": {"initialization": {"controlPlaneInitialized": true}}}),
+                        ),
+                    )
+                    .await
+                    .map_err(|e| format!("failed to mark Cluster {ns}/{name} initialized: {e}"))?;
+                Ok::<TestApi, String>(workload)
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect()
+        .await
+}
+
+/// What a workload API server holds before hcp-ingress touches it.
+async fn seed_workload(client: &Client) -> Result<(), String> {
+    let apply = PatchParams::apply("kube-apiserver");
+    let objects = [
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}}),
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}),
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "kubernetes", "namespace": "default"},
+               "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "targetPort": 6443, "protocol": "TCP"}]}}),
+        json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "kubernetes", "namespace": "default"},
+               "subsets": [{"addresses": [{"ip": "10.0.0.5"}], "ports": [{"name": "https", "port": 6443}]}]}),
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": "cloud-controller-manager", "namespace": "kube-system"},
+               "spec": {"selector": {"matchLabels": {"app": "ccm"}}, "template": {"metadata": {"labels": {"app": "ccm"}},
+                   "spec": {"containers": [{"name": "ccm", "image": "registry.example/ccm:v1"}]}}}}),
+    ];
+    for object in objects {
+        let obj = dynamic(object.clone())?;
+        let types = obj.types.clone().unwrap_or_default();
+        let (group, version) = types
+            .api_version
+            .rsplit_once('/')
+            .unwrap_or(("", &types.api_version));
+        let plural = match types.kind.as_str() {
+            "Namespace" => "namespaces",
+            "Service" => "services",
+            "Endpoints" => "endpoints",
+            _ => "deployments",
+        };
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(group, version, &types.kind),
+            plural,
+        );
+        let name = obj.metadata.name.clone().unwrap_or_default();
+        let api: Api<DynamicObject> = match &obj.metadata.namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+            None => Api::all_with(client.clone(), &resource),
+        };
+        api.patch(&name, &apply, &Patch::Apply(&object))
+            .await
+            .map_err(|e| format!("failed to seed {} {name}: {e}", types.kind))?;
+    }
+    Ok(())
+}
+
+/// Stand-in for the DaemonSet controller and kubelets: once the proxy
+/// DaemonSet exists, report one scheduled, ready node.
+async fn kubelet(client: Client) {
+    let api: Api<DaemonSet> = Api::namespaced(client, "kube-system");
+    let status = json!({"status": {"desiredNumberScheduled": 1, "currentNumberScheduled": 1,
+                                   "numberReady": 1, "numberMisscheduled": 0}});
+    loop {
+        if let Ok(Some(ds)) = api.get_opt("hcp-ingress-proxy").await {
+            if ds.status.is_some_and(|s| s.number_ready == 1) {
+                return;
+            }
+            let _ = api
+                .patch_status(
+                    "hcp-ingress-proxy",
+                    &PatchParams::default(),
+                    &Patch::Merge(&status),
+                )
+                .await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 fn load_schemas(api: &TestApi, dir: &Path) -> Result<(), String> {
@@ -751,7 +1131,12 @@ fn cpi(ns: &str, name: &str, flavor: &str, workload_proxy: bool) -> Value {
 }
 
 /// (RouteReady=True at the current generation, Ready=True, total).
-async fn converged(api: &Api<ControlPlaneIngress>) -> Result<(usize, usize, usize), String> {
+/// With `workloads`, a cluster converges once its endpoints are steered and
+/// its cloud-controller-manager configured as well.
+async fn converged(
+    api: &Api<ControlPlaneIngress>,
+    workloads: bool,
+) -> Result<(usize, usize, usize), String> {
     let list = api
         .list(&ListParams::default())
         .await
@@ -769,7 +1154,8 @@ async fn converged(api: &Api<ControlPlaneIngress>) -> Result<(usize, usize, usiz
                 .iter()
                 .any(|c| c.type_ == t && c.status == "True")
         };
-        route_ready += usize::from(is_true("RouteReady"));
+        let workload_done = !workloads || (is_true("EndpointsSteered") && is_true("CCMConfigured"));
+        route_ready += usize::from(is_true("RouteReady") && workload_done);
         ready += usize::from(is_true("Ready"));
     }
     Ok((route_ready, ready, total))

@@ -594,7 +594,17 @@ fn list(
         if i > 0 {
             out.push(b',');
         }
-        let ok = if item.get("apiVersion").and_then(Value::as_str) == Some(av.as_str()) {
+        let ok = if spec.crd.is_none() {
+            // A real API server lists built-in kinds without each item's
+            // apiVersion and kind (custom resources keep theirs): a client
+            // cache filled by a list must not depend on them.
+            let mut item = (**item).clone();
+            if let Some(map) = item.as_object_mut() {
+                map.remove("apiVersion");
+                map.remove("kind");
+            }
+            serde_json::to_writer(&mut out, &item)
+        } else if item.get("apiVersion").and_then(Value::as_str) == Some(av.as_str()) {
             serde_json::to_writer(&mut out, item.as_ref())
         } else {
             serde_json::to_writer(&mut out, &at_version(spec, (**item).clone()))

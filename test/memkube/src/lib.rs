@@ -31,6 +31,7 @@ pub mod selector;
 pub mod store;
 pub mod tls;
 pub mod typeinfo;
+pub mod validate;
 pub mod watch;
 
 use std::net::SocketAddr;

@@ -387,6 +387,7 @@ impl Store {
         st.check_namespace(spec, ns)?;
         normalize(spec, &mut obj);
         crd::validate(spec, &mut obj, opts.strict)?;
+        crate::validate::object(spec, &obj)?;
         let now = now();
         st.stamp_new(spec, &mut obj, &now);
         let ti = type_info(spec);
@@ -476,6 +477,7 @@ impl Store {
                     new["kind"] = json!(spec.kind);
                     normalize(spec, &mut new);
                     crd::validate(spec, &mut new, opts.strict)?;
+                    crate::validate::object(spec, &new)?;
                     st.stamp_new(spec, &mut new, &now);
                     if opts.dry_run {
                         return Ok(new);
@@ -568,6 +570,7 @@ impl Store {
             }
         }
         crd::validate(spec, &mut new, opts.strict)?;
+        crate::validate::object(spec, &new)?;
         if spec.generation && differs_outside_metadata_and_status(&old, &new) {
             let g = old
                 .pointer("/metadata/generation")

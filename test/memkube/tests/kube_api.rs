@@ -1719,3 +1719,170 @@ async fn deletion_propagation_orphans_or_deletes_dependents() {
         }
     }
 }
+
+/// Writes a real API server rejects, and so memkube does: each once slipped
+/// through memkube and failed only against a real server.
+#[tokio::test]
+async fn label_values_with_a_slash_are_422_on_create_and_apply() {
+    let api = TestApi::start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(api.client(), "default");
+    let bad = cm(
+        "bad",
+        &[(
+            "endpointslice.kubernetes.io/managed-by",
+            "hcp-ingress.dev/controller",
+        )],
+        &[],
+    );
+    let err = cms.create(&PostParams::default(), &bad).await.unwrap_err();
+    assert_eq!(reason(&err), "Invalid");
+    assert!(
+        err.to_string()
+            .contains("metadata.labels: Invalid value: \"hcp-ingress.dev/controller\""),
+        "{err}"
+    );
+    assert_eq!(code(err), 422);
+    let applied = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "bad", "labels": {"ok": "x", "bad key/x/y": "v"}}});
+    let err = cms
+        .patch("bad", &PatchParams::apply("t"), &Patch::Apply(&applied))
+        .await
+        .unwrap_err();
+    assert_eq!(code(err), 422);
+    let good = cm(
+        "good",
+        &[(
+            "endpointslice.kubernetes.io/managed-by",
+            "controller.hcp-ingress.dev",
+        )],
+        &[],
+    );
+    cms.create(&PostParams::default(), &good).await.unwrap();
+    let long = "v".repeat(64);
+    let err = cms
+        .patch(
+            "good",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"x": long}}})),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("must be no more than 63 characters"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn annotation_keys_must_be_qualified_names() {
+    let api = TestApi::start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(api.client(), "default");
+    let mut bad = cm("a", &[], &[]);
+    bad.metadata.annotations = Some(BTreeMap::from([("not a key".to_string(), "v".to_string())]));
+    assert_eq!(
+        code(cms.create(&PostParams::default(), &bad).await.unwrap_err()),
+        422
+    );
+}
+
+#[tokio::test]
+async fn an_event_note_over_1024_bytes_or_a_reason_over_128_is_422() {
+    let api = TestApi::start().await;
+    let events: Api<DynamicObject> = Api::namespaced_with(
+        api.client(),
+        "default",
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("events.k8s.io", "v1", "Event"),
+            "events",
+        ),
+    );
+    let event = |name: &str, note: String, reason: String| -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": name}, "eventTime": "2026-01-01T00:00:00.000000Z",
+            "reportingController": "test", "reportingInstance": "test", "action": "Test",
+            "reason": reason, "note": note, "type": "Normal",
+            "regarding": {"kind": "ConfigMap", "name": "x", "namespace": "default"}}))
+        .unwrap()
+    };
+    let err = events
+        .create(
+            &PostParams::default(),
+            &event("long", "n".repeat(1025), "R".into()),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("can have at most 1024 characters"),
+        "{err}"
+    );
+    assert_eq!(code(err), 422);
+    // Bytes, not characters: 512 two-byte characters are 1024 bytes.
+    events
+        .create(
+            &PostParams::default(),
+            &event("fits", "é".repeat(512), "R".into()),
+        )
+        .await
+        .unwrap();
+    let err = events
+        .create(
+            &PostParams::default(),
+            &event("reason", "n".into(), "R".repeat(129)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(err), 422);
+}
+
+#[tokio::test]
+async fn a_tls_secret_needs_tls_crt_and_tls_key() {
+    let api = TestApi::start().await;
+    let secrets: Api<Secret> = Api::namespaced(api.client(), "default");
+    let secret = |data: Value| -> Secret {
+        serde_json::from_value(
+            json!({"metadata": {"name": "tls"}, "type": "kubernetes.io/tls", "stringData": data}),
+        )
+        .unwrap()
+    };
+    let err = secrets
+        .create(&PostParams::default(), &secret(json!({"tls.crt": "c"})))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("data[tls.key]: Required value"),
+        "{err}"
+    );
+    secrets
+        .create(
+            &PostParams::default(),
+            &secret(json!({"tls.crt": "c", "tls.key": "k"})),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_list_of_a_built_in_kind_has_items_without_api_version_and_kind() {
+    let api = TestApi::start().await;
+    let client = api.client();
+    Api::<ConfigMap>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &cm("a", &[], &[]))
+        .await
+        .unwrap();
+    let text = client
+        .request_text(
+            http::Request::get("/api/v1/namespaces/default/configmaps")
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let list: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(list["kind"], "ConfigMapList");
+    assert_eq!(list["items"][0]["metadata"]["name"], "a");
+    assert!(
+        list["items"][0].get("kind").is_none() && list["items"][0].get("apiVersion").is_none(),
+        "{list}"
+    );
+}

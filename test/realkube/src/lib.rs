@@ -498,6 +498,90 @@ users:
         self.dir.path()
     }
 
+    /// The process id of `etcd`, `kube-apiserver`, ... (for CPU and memory figures).
+    pub fn pid(&self, process: &str) -> Option<u32> {
+        self.processes
+            .iter()
+            .find(|p| p.name == process)
+            .map(|p| p.id())
+    }
+
+    /// Create (or update) the CustomResourceDefinitions of a YAML text and
+    /// wait until each is Established and its watch cache answers a list.
+    pub async fn apply_crds(&self, yaml: &str) -> Result<usize, Error> {
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(yaml)
+            .map_err(|e| Error::Client(format!("CRD YAML: {e}")))?;
+        let mut applied = 0;
+        for crd in docs
+            .into_iter()
+            .filter(|d| d["kind"] == "CustomResourceDefinition")
+        {
+            self.apply_crd(crd).await?;
+            applied += 1;
+        }
+        Ok(applied)
+    }
+
+    async fn apply_crd(&self, crd: serde_json::Value) -> Result<(), Error> {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        use kube::api::{Patch, PatchParams};
+        let client = self.admin_client();
+        let name = crd["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+        api.patch(
+            &name,
+            &PatchParams::apply("realkube").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .map_err(|e| Error::Client(format!("CRD {name}: {e}")))?;
+        let spec = &crd["spec"];
+        let version = spec["versions"]
+            .as_array()
+            .and_then(|v| v.iter().find(|v| v["served"] == true))
+            .and_then(|v| v["name"].as_str())
+            .unwrap_or_default();
+        let gvk = kube::api::GroupVersionKind::gvk(
+            spec["group"].as_str().unwrap_or_default(),
+            version,
+            spec["names"]["kind"].as_str().unwrap_or_default(),
+        );
+        let resource = kube::api::ApiResource::from_gvk_with_plural(
+            &gvk,
+            spec["names"]["plural"].as_str().unwrap_or_default(),
+        );
+        let objects: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(client, &resource);
+        // Established comes before the watch cache is filled (a list answers
+        // 429 "storage is (re)initializing" until then): wait for a list.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let established = api.get_opt(&name).await.ok().flatten().is_some_and(|c| {
+                c.status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            });
+            if established
+                && objects
+                    .list(&kube::api::ListParams::default().limit(1))
+                    .await
+                    .is_ok()
+            {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(Error::Client(format!(
+                    "CRD {name} is not served after 60 s"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// The last lines of a process's log (`etcd`, `kube-apiserver`, ...).
     pub fn log_tail(&self, process: &str, lines: usize) -> String {
         self.processes

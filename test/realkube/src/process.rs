@@ -33,6 +33,11 @@ impl Supervised {
         })
     }
 
+    /// The process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Whether the process has ended.
     pub fn exited(&self) -> bool {
         // `try_wait` needs `&mut`; the kernel tells a running or zombie pid apart.
