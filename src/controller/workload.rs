@@ -712,16 +712,38 @@ async fn configure_ccm(
     let spec = cpi.spec.ccm.clone().unwrap_or_default();
     let mut found: Vec<(OverrideTarget, DynamicObject)> = Vec::new();
     let mut missing = Vec::new();
+    // The well-known names are looked up as both kinds: one list per kind
+    // answers them all, where a get per name and kind would cost dozens.
+    let mut listed: HashMap<ccm::WorkloadKind, Vec<DynamicObject>> = HashMap::new();
     for target in targets {
         let api: Api<DynamicObject> = Api::namespaced_with(
             client.clone(),
             &target.namespace,
             &target.kind.api_resource(),
         );
-        let live = api
-            .get_opt(&target.name)
-            .await
-            .map_err(|e| api_error(&format!("read {}", describe(&target)), e))?;
+        let live = if target.well_known {
+            if !listed.contains_key(&target.kind) {
+                let all = api
+                    .list(&Default::default())
+                    .await
+                    .map_err(|e| {
+                        api_error(
+                            &format!("list {}s in {}", target.kind.as_str(), target.namespace),
+                            e,
+                        )
+                    })?
+                    .items;
+                listed.insert(target.kind, all);
+            }
+            listed[&target.kind]
+                .iter()
+                .find(|o| o.name_any() == target.name)
+                .cloned()
+        } else {
+            api.get_opt(&target.name)
+                .await
+                .map_err(|e| api_error(&format!("read {}", describe(&target)), e))?
+        };
         match live {
             Some(live) => found.push((target, live)),
             None if !target.well_known => missing.push(describe(&target)),

@@ -1068,3 +1068,53 @@ async fn the_proxy_rolls_out_and_rolls_again_on_a_real_scheduler() {
     assert_eq!(nodes.len(), 3, "one proxy per node: {images:?}");
     running.stop().await;
 }
+
+/// A well-known cloud-controller-manager is found whatever kind its
+/// installation chose: OpenStack's chart ships a DaemonSet, other manifests a
+/// Deployment of the same name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_well_known_ccm_is_found_as_a_deployment_or_a_daemon_set() {
+    let m = management(&[]).await;
+    let w = workload_cluster().await;
+    connect(&m, &w).await;
+    let openstack = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "openstack-cloud-controller-manager", "namespace": "kube-system"},
+        "spec": {"selector": {"matchLabels": {"app": "occm"}}, "template": {"metadata": {"labels": {"app": "occm"}},
+            "spec": {"containers": [{"name": "openstack-cloud-controller-manager", "image": "example/occm:v1"}]}}}});
+    let deployments: Api<Deployment> = Api::namespaced(w.client(), "kube-system");
+    deployments
+        .patch(
+            "openstack-cloud-controller-manager",
+            &PatchParams::apply("manifests"),
+            &Patch::Apply(&openstack),
+        )
+        .await
+        .unwrap();
+    let running = m.start();
+    apply_value(&m.client, cpi(json!({}))).await;
+    let (_, message) = wait_condition(&m.client, CLUSTER, "CCMConfigured", "True").await;
+    assert!(
+        message.contains("Deployment kube-system/openstack-cloud-controller-manager")
+            && message.contains("Deployment kube-system/cloud-controller-manager"),
+        "{message}"
+    );
+    let env = deployments
+        .get("openstack-cloud-controller-manager")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap()
+        .containers[0]
+        .env
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        env.iter().any(|e| e.name == "KUBERNETES_SERVICE_HOST"
+            && e.value.as_deref() == Some("api.wl.example.com")),
+        "{env:?}"
+    );
+    running.stop().await;
+}

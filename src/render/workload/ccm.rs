@@ -62,7 +62,9 @@ impl WorkloadKind {
 /// A cloud-controller-manager as its usual installation names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WellKnownCcm {
-    /// Its kind.
+    /// The kind of its most common installation. Both kinds are looked up:
+    /// charts and manifests of one provider differ (OpenStack's chart ships
+    /// a DaemonSet, other manifests a Deployment).
     pub kind: WorkloadKind,
     /// Its name in `kube-system`.
     pub name: &'static str,
@@ -168,14 +170,22 @@ pub fn ccm_targets(cpi: &ControlPlaneIngress) -> Vec<OverrideTarget> {
         return Vec::new();
     }
     if ccm.targets.is_empty() {
-        return WELL_KNOWN_CCMS
-            .iter()
-            .map(|w| OverrideTarget {
-                kind: w.kind,
-                namespace: CCM_NAMESPACE.to_string(),
-                name: w.name.to_string(),
-                containers: Vec::new(),
-                well_known: true,
+        let mut names: Vec<&str> = Vec::new();
+        for w in WELL_KNOWN_CCMS {
+            if !names.contains(&w.name) {
+                names.push(w.name);
+            }
+        }
+        return names
+            .into_iter()
+            .flat_map(|name| {
+                [WorkloadKind::Deployment, WorkloadKind::DaemonSet].map(|kind| OverrideTarget {
+                    kind,
+                    namespace: CCM_NAMESPACE.to_string(),
+                    name: name.to_string(),
+                    containers: Vec::new(),
+                    well_known: true,
+                })
             })
             .collect();
     }

@@ -285,7 +285,17 @@ fn image_from_spec_else_the_controllers() {
 #[test]
 fn ccm_targets_default_explicit_and_disabled() {
     let defaults = ccm_targets(&cpi(json!({}), json!({})));
-    assert_eq!(defaults.len(), WELL_KNOWN_CCMS.len());
+    // Each well-known name as a Deployment and as a DaemonSet: installations
+    // differ (one name, "cloud-controller-manager", is listed twice).
+    assert_eq!(defaults.len(), 2 * (WELL_KNOWN_CCMS.len() - 1));
+    for kind in [WorkloadKind::Deployment, WorkloadKind::DaemonSet] {
+        assert!(
+            defaults
+                .iter()
+                .any(|t| t.name == "openstack-cloud-controller-manager" && t.kind == kind),
+            "openstack as a {kind:?}"
+        );
+    }
     assert!(
         defaults
             .iter()
