@@ -722,23 +722,23 @@ async fn configure_ccm(
             &target.kind.api_resource(),
         );
         let live = if target.well_known {
-            if !listed.contains_key(&target.kind) {
-                let all = api
-                    .list(&Default::default())
-                    .await
-                    .map_err(|e| {
-                        api_error(
-                            &format!("list {}s in {}", target.kind.as_str(), target.namespace),
-                            e,
-                        )
-                    })?
-                    .items;
-                listed.insert(target.kind, all);
-            }
-            listed[&target.kind]
-                .iter()
-                .find(|o| o.name_any() == target.name)
-                .cloned()
+            let all = match listed.entry(target.kind) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    let items = api
+                        .list(&Default::default())
+                        .await
+                        .map_err(|err| {
+                            api_error(
+                                &format!("list {}s in {}", target.kind.as_str(), target.namespace),
+                                err,
+                            )
+                        })?
+                        .items;
+                    e.insert(items)
+                }
+            };
+            all.iter().find(|o| o.name_any() == target.name).cloned()
         } else {
             api.get_opt(&target.name)
                 .await

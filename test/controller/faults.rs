@@ -619,7 +619,9 @@ async fn converges_after_random_faults_and_a_restart_with_nothing_lost_or_duplic
         "[{:?}] objects checked, replica C started",
         started.elapsed()
     );
-    let deadline = Instant::now() + Duration::from_secs(40);
+    // Generous: other tests of this binary start real API servers on the
+    // same two cores meanwhile. The assertion is that it happens, not how fast.
+    let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let figures = scrape(c_metrics).await;
         let mut reads: BTreeMap<&str, usize> = BTreeMap::new();
@@ -645,7 +647,7 @@ async fn converges_after_random_faults_and_a_restart_with_nothing_lost_or_duplic
         }
         assert!(
             Instant::now() < deadline,
-            "replica C did not reconcile everything twice within 40 s: {figures:?}; workload clusters read less than twice: {behind:?}"
+            "replica C did not reconcile everything twice within 120 s: {figures:?}; workload clusters read less than twice: {behind:?}"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
