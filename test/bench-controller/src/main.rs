@@ -665,7 +665,18 @@ async fn measure(args: &Args) -> Result<(), String> {
         Err(_) => eprintln!("N={n}: the controller did not stop within 20 s"),
     }
     let memkube_rss = steady["vmhwm_mib"].clone();
-    let _ = server.child.kill().await;
+    // End the server by closing its input: it then stops the API servers it
+    // started (a killed process would leave a real kube-apiserver behind).
+    let Server {
+        mut child, stdin, ..
+    } = server;
+    drop(stdin);
+    if tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .is_err()
+    {
+        let _ = child.kill().await;
+    }
 
     let result = json!({
         "api": if args.single_api() == ApiKind::Real { "real" } else { "memkube" },
