@@ -344,21 +344,22 @@ async fn restart_on_change(
     };
     let mut deadline = tokio::time::Instant::now() + period(complete);
     loop {
-        let relevant = tokio::select! {
+        // How many looks: a CRD event asks for a few (a new CRD shows up in
+        // discovery once established), the periodic check for one.
+        let looks = tokio::select! {
             _ = generation.cancelled() => return,
-            _ = tokio::time::sleep_until(deadline) => true,
+            _ = tokio::time::sleep_until(deadline) => 1,
             event = events.next() => match event {
-                Some(Ok(watcher::Event::InitDone)) => { synced = true; false }
-                Some(Ok(watcher::Event::Apply(crd) | watcher::Event::Delete(crd))) => synced && relevant_group(&crd),
-                Some(_) => false,
+                Some(Ok(watcher::Event::InitDone)) => { synced = true; 0 }
+                Some(Ok(watcher::Event::Apply(crd) | watcher::Event::Delete(crd))) if synced && relevant_group(&crd) => 10,
+                Some(_) => 0,
                 None => return,
             },
         };
-        if !relevant {
+        if looks == 0 {
             continue;
         }
-        // A new CRD shows up in discovery once established: look a few times.
-        for _ in 0..10 {
+        for _ in 0..looks {
             let (now, answered) = discover(&client, &settings.sources).await;
             complete = answered;
             if answered && now != installed {
