@@ -966,19 +966,19 @@ pub async fn cleanup(ctx: &Context, cpi: &ControlPlaneIngress) -> Result<Removal
         }
     };
     let mut removed = Vec::new();
-    for (resource, kind) in [
-        (ApiResource::erase::<DaemonSet>(&()), "DaemonSet"),
-        (ApiResource::erase::<Secret>(&()), "Secret"),
-        (
-            ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
-            "ConfigMap",
-        ),
+    let config_map = || ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+    // The steering record goes last: a removal cut short is resumed with it.
+    for (resource, kind, name) in [
+        (ApiResource::erase::<DaemonSet>(&()), "DaemonSet", NAME),
+        (ApiResource::erase::<Secret>(&()), "Secret", NAME),
+        (config_map(), "ConfigMap", NAME),
+        (config_map(), "ConfigMap", workload::RECORD_NAME),
     ] {
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NAMESPACE, &resource);
         let live = api
-            .get_opt(NAME)
+            .get_opt(name)
             .await
-            .map_err(|e| format!("failed to read {kind} {NAMESPACE}/{NAME}: {e}"))?;
+            .map_err(|e| format!("failed to read {kind} {NAMESPACE}/{name}: {e}"))?;
         // Only objects we created carry our labels.
         if let Some(live) = live.filter(|o| {
             o.labels()
@@ -989,10 +989,9 @@ pub async fn cleanup(ctx: &Context, cpi: &ControlPlaneIngress) -> Result<Removal
             apply::delete(ctx, &api, &live)
                 .await
                 .map_err(|e| e.to_string())?;
-            removed.push(format!("{kind} {NAMESPACE}/{NAME}"));
+            removed.push(format!("{kind} {NAMESPACE}/{name}"));
         }
     }
-    steering::forget(ctx, &client).await?;
     Ok(Removal::Removed(format!(
         "restored {restored}; removed {}",
         if removed.is_empty() {

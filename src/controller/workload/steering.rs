@@ -1,7 +1,8 @@
 //! Taking `default/kubernetes` over and giving it back (the I/O around
 //! `render::workload::steering`): the record of what it held is written
 //! before the first steering write, a steering switch gives back what the
-//! previous mode took, and removal gives everything back before the proxy goes.
+//! previous mode took, and removal gives everything back before the proxy goes
+//! (the record itself is removed last, with the proxy's objects).
 
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Endpoints, Service},
@@ -35,7 +36,7 @@ fn record_failed(message: String) -> Unreachable {
     }
 }
 
-async fn read_record(client: &Client) -> Result<Option<(ConfigMap, SteeringRecord)>, Unreachable> {
+async fn read_record(client: &Client) -> Result<Option<SteeringRecord>, Unreachable> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
     let Some(cm) = api
         .get_opt(RECORD_NAME)
@@ -44,27 +45,23 @@ async fn read_record(client: &Client) -> Result<Option<(ConfigMap, SteeringRecor
     else {
         return Ok(None);
     };
-    let record = parse_record(&cm).map_err(record_failed)?;
-    Ok(Some((cm, record)))
+    parse_record(&cm).map(Some).map_err(record_failed)
 }
 
+/// Write the record. Only ever called with a changed record (the first one,
+/// a switch, a new mode applied), so there is nothing to compare against.
 async fn write_record(
     ctx: &Context,
     client: &Client,
     record: &SteeringRecord,
-    existing: Option<&ConfigMap>,
 ) -> Result<(), Unreachable> {
     let cm = record_config_map(record).map_err(|e| record_failed(e.to_string()))?;
     let object: DynamicObject = serde_json::to_value(&cm)
         .and_then(serde_json::from_value)
         .map_err(|e| record_failed(e.to_string()))?;
-    let existing: Option<DynamicObject> = existing
-        .map(|e| serde_json::to_value(e).and_then(serde_json::from_value))
-        .transpose()
-        .map_err(|e| record_failed(e.to_string()))?;
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), NAMESPACE, &resource_of(&object));
-    apply::apply(ctx, &api, object, existing.as_ref())
+    apply::apply(ctx, &api, object, None)
         .await
         .map(drop)
         .map_err(|e| Unreachable {
@@ -81,8 +78,8 @@ pub async fn take_over(
     client: &Client,
     mode: Steering,
 ) -> Result<TakeOver, Unreachable> {
-    let (existing, mut record) = match read_record(client).await? {
-        Some((cm, record)) => (Some(cm), record),
+    let mut record = match read_record(client).await? {
+        Some(record) => record,
         None => {
             let services: Api<Service> = Api::namespaced(client.clone(), "default");
             let endpoints: Api<Endpoints> = Api::namespaced(client.clone(), "default");
@@ -101,8 +98,8 @@ pub async fn take_over(
                 .map_err(|e| api_error("read EndpointSlice default/kubernetes", e))?;
             let record =
                 workload::record(service.as_ref(), live_endpoints.as_ref(), slice.as_ref());
-            write_record(ctx, client, &record, None).await?;
-            (read_record(client).await?.map(|(cm, _)| cm), record)
+            write_record(ctx, client, &record).await?;
+            record
         }
     };
     let mut switched = None;
@@ -116,7 +113,7 @@ pub async fn take_over(
             })?;
         switched = Some(format!("switched from {previous:?}: {summary}"));
         record.applied = None;
-        write_record(ctx, client, &record, existing.as_ref()).await?;
+        write_record(ctx, client, &record).await?;
     }
     Ok(TakeOver {
         steered_before: record.applied == Some(mode),
@@ -137,8 +134,7 @@ pub async fn applied(
     }
     let mut record = take_over.record;
     record.applied = Some(mode);
-    let existing = read_record(client).await?.map(|(cm, _)| cm);
-    write_record(ctx, client, &record, existing.as_ref()).await
+    write_record(ctx, client, &record).await
 }
 
 /// Give back what the applied steering took. `Ok(Ok(summary))` when done (or
@@ -147,7 +143,7 @@ pub async fn give_back(
     ctx: &Context,
     client: &Client,
 ) -> Result<Result<String, String>, Unreachable> {
-    let Some((_, record)) = read_record(client).await? else {
+    let Some(record) = read_record(client).await? else {
         return Ok(if steered_without_record(client).await? {
             Err(format!(
                 "default/kubernetes is steered at the proxy but ConfigMap {NAMESPACE}/{RECORD_NAME}, the record of what it held before, is gone"
@@ -160,25 +156,6 @@ pub async fn give_back(
         Some(mode) => give_back_mode(ctx, client, &record, mode).await,
         None => Ok(Ok("nothing was steered".into())),
     }
-}
-
-/// Delete the record: the last step of a removal.
-pub async fn forget(ctx: &Context, client: &Client) -> Result<(), String> {
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        NAMESPACE,
-        &kube::api::ApiResource::erase::<ConfigMap>(&()),
-    );
-    if let Some(live) = api
-        .get_opt(RECORD_NAME)
-        .await
-        .map_err(|e| format!("failed to read ConfigMap {NAMESPACE}/{RECORD_NAME}: {e}"))?
-    {
-        apply::delete(ctx, &api, &live)
-            .await
-            .map_err(|e| e.to_string())?;
-    }
-    Ok(())
 }
 
 async fn steered_without_record(client: &Client) -> Result<bool, Unreachable> {
