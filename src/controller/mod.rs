@@ -396,6 +396,7 @@ impl Context {
         }
     }
 }
+
 /// The API server's limit on an Event's note, in bytes.
 pub const EVENT_NOTE_LIMIT: usize = 1024;
 

@@ -134,7 +134,12 @@ fn restart_hash(config: &Value) -> String {
         .iter()
         .filter_map(|k| config.get(*k).map(|v| (*k, v)))
         .collect();
-    let text = serde_json::to_string(&restart_only).expect("JSON values serialize");
+    md5_hex(&restart_only)
+}
+
+/// The MD5 digest of a value's JSON text, in hex.
+fn md5_hex(value: &impl serde::Serialize) -> String {
+    let text = serde_json::to_string(value).expect("JSON values serialize");
     Md5::digest(text.as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -295,12 +300,7 @@ pub(super) fn daemon_set(
 
 /// A digest of a pod template: changes with anything that rolls the pods.
 fn template_revision(template: &Value) -> String {
-    let text = serde_json::to_string(template).expect("JSON values serialize");
-    let digest: String = Md5::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    digest[..16].to_string()
+    md5_hex(template)[..16].to_string()
 }
 
 fn advertise(spec: &ProxySpec) -> (String, &'static str) {
