@@ -45,8 +45,8 @@ use hcp_ingress::{
     controller::{Settings, run},
 };
 use k8s_openapi::api::{
-    apps::v1::DaemonSet,
-    core::v1::{Namespace, Secret},
+    apps::v1::{DaemonSet, Deployment},
+    core::v1::{Endpoints, Namespace, Secret, Service},
 };
 use kube::{
     Api, Client,
@@ -968,45 +968,35 @@ async fn workload_sides(
 /// What a workload API server holds before hcp-ingress touches it.
 async fn seed_workload(client: &Client) -> Result<(), String> {
     let apply = PatchParams::apply("kube-apiserver");
-    let objects = [
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}}),
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}),
-        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "kubernetes", "namespace": "default"},
-               "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "targetPort": 6443, "protocol": "TCP"}]}}),
-        json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "kubernetes", "namespace": "default"},
-               "subsets": [{"addresses": [{"ip": "10.0.0.5"}], "ports": [{"name": "https", "port": 6443}]}]}),
-        json!({"apiVersion": "apps/v1", "kind": "Deployment",
-               "metadata": {"name": "cloud-controller-manager", "namespace": "kube-system"},
-               "spec": {"selector": {"matchLabels": {"app": "ccm"}}, "template": {"metadata": {"labels": {"app": "ccm"}},
-                   "spec": {"containers": [{"name": "ccm", "image": "registry.example/ccm:v1"}]}}}}),
-    ];
-    for object in objects {
-        let obj = dynamic(object.clone())?;
-        let types = obj.types.clone().unwrap_or_default();
-        let (group, version) = types
-            .api_version
-            .rsplit_once('/')
-            .unwrap_or(("", &types.api_version));
-        let plural = match types.kind.as_str() {
-            "Namespace" => "namespaces",
-            "Service" => "services",
-            "Endpoints" => "endpoints",
-            _ => "deployments",
-        };
-        let resource = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(group, version, &types.kind),
-            plural,
-        );
-        let name = obj.metadata.name.clone().unwrap_or_default();
-        let api: Api<DynamicObject> = match &obj.metadata.namespace {
-            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-            None => Api::all_with(client.clone(), &resource),
-        };
-        api.patch(&name, &apply, &Patch::Apply(&object))
-            .await
-            .map_err(|e| format!("failed to seed {} {name}: {e}", types.kind))?;
+    let seeded = |what: &str, result: kube::Result<()>| {
+        result.map_err(|e| format!("failed to seed {what}: {e}"))
+    };
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for ns in ["kube-system", "default"] {
+        let object = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        let result = namespaces.patch(ns, &apply, &Patch::Apply(&object)).await;
+        seeded(&format!("Namespace {ns}"), result.map(drop))?;
     }
-    Ok(())
+    let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "kubernetes", "namespace": "default"},
+        "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "targetPort": 6443, "protocol": "TCP"}]}});
+    let result = Api::<Service>::namespaced(client.clone(), "default")
+        .patch("kubernetes", &apply, &Patch::Apply(&service))
+        .await;
+    seeded("Service default/kubernetes", result.map(drop))?;
+    let endpoints = json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "kubernetes", "namespace": "default"},
+        "subsets": [{"addresses": [{"ip": "10.0.0.5"}], "ports": [{"name": "https", "port": 6443}]}]});
+    let result = Api::<Endpoints>::namespaced(client.clone(), "default")
+        .patch("kubernetes", &apply, &Patch::Apply(&endpoints))
+        .await;
+    seeded("Endpoints default/kubernetes", result.map(drop))?;
+    let ccm = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "cloud-controller-manager", "namespace": "kube-system"},
+        "spec": {"selector": {"matchLabels": {"app": "ccm"}}, "template": {"metadata": {"labels": {"app": "ccm"}},
+            "spec": {"containers": [{"name": "ccm", "image": "registry.example/ccm:v1"}]}}}});
+    let result = Api::<Deployment>::namespaced(client.clone(), "kube-system")
+        .patch("cloud-controller-manager", &apply, &Patch::Apply(&ccm))
+        .await;
+    seeded("the cloud-controller-manager", result.map(drop))
 }
 
 /// Stand-in for the DaemonSet controller and kubelets: once the proxy
