@@ -157,7 +157,7 @@ pub fn validate(cpi: &ControlPlaneIngress) -> Result<(), FieldErrors> {
     let mut errors = check_fields(&cpi.spec);
     if errors.is_empty() {
         // The CEL rules compare fields; they are only meaningful on well-formed ones.
-        if let Err(cel) = cpi.validate_cel() {
+        if let Err(cel) = validate_cel(cpi) {
             errors.extend(cel.into_vec().into_iter().map(|e| FieldError {
                 field: e.field_path.trim_start_matches('.').to_string(),
                 message: e.message,
@@ -169,6 +169,34 @@ pub fn validate(cpi: &ControlPlaneIngress) -> Result<(), FieldErrors> {
     } else {
         Err(FieldErrors(errors))
     }
+}
+
+/// The CRD's CEL rules, compiled once: generating the schema and compiling
+/// its rules costs far more than evaluating them, and every reconcile validates.
+static CEL_RULES: std::sync::LazyLock<kube::core::cel::CompiledSchema> =
+    std::sync::LazyLock::new(|| {
+        use kube::CustomResourceExt;
+        let crd = ControlPlaneIngress::crd();
+        let schema = crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .expect("the derived CRD has an openAPIV3Schema");
+        kube::core::cel::compile_schema(
+            &serde_json::to_value(schema).expect("a CRD schema serializes"),
+        )
+    });
+
+thread_local! {
+    /// A CEL evaluation context with the Kubernetes functions registered; not
+    /// shareable between threads, and costly enough to build once per thread.
+    static CEL: kube::core::cel::Validator = kube::core::cel::Validator::new();
+}
+
+/// The same check as the derived `validate_cel`, with the rules compiled once.
+fn validate_cel(cpi: &ControlPlaneIngress) -> Result<(), kube::core::cel::ValidationErrors> {
+    let object = serde_json::to_value(cpi).expect("a ControlPlaneIngress serializes");
+    CEL.with(|validator| validator.validate_compiled(&CEL_RULES, &object, None))
 }
 
 fn check_fields(spec: &ControlPlaneIngressSpec) -> Vec<FieldError> {

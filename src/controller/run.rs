@@ -18,9 +18,10 @@ use kube::{
     api::{ApiResource, DynamicObject},
     discovery,
     runtime::{
-        Controller, WatchStreamExt,
+        Controller, Predicate, WatchStreamExt,
         controller::Config,
         events::{Recorder, Reporter},
+        predicates,
         reflector::{self, ObjectRef},
         watcher,
     },
@@ -466,6 +467,16 @@ async fn run_controllers(
         None => Api::all(client.clone()),
     };
     let (cpis, cpi_changes) = reflect(cpi_api, watch_config(settings), (), token.clone());
+    // Our own status writes come back through the watch: only a change to
+    // what is reconciled from (spec, labels, annotations, finalizers,
+    // deletion) asks for another pass.
+    let cpi_changes = cpi_changes.predicate_filter(
+        predicates::generation
+            .combine(predicates::labels)
+            .combine(predicates::annotations)
+            .combine(predicates::finalizers),
+        Default::default(),
+    );
     let mut controller = Controller::for_stream(cpi_changes, (*cpis).clone());
 
     // Our route objects: one watch per installed kind, cached for the diff.
@@ -506,6 +517,15 @@ async fn run_controllers(
                 .map(|c| ObjectRef::from_obj(&*c))
                 .collect::<Vec<_>>()
         };
+        // CAPI rewrites a Cluster's status often; only what a reconcile reads from it counts.
+        let changes = changes.predicate_filter(
+            predicates::generation
+                .combine(predicates::annotations)
+                .combine(|c: &DynamicObject| {
+                    super::workload::control_plane_initialized(Some(c)).map(u64::from)
+                }),
+            Default::default(),
+        );
         controller = controller.watches_stream_with(changes, to_cpis, resource.clone());
         Some((store, resource))
     } else {

@@ -22,6 +22,7 @@ use kube::{
 };
 use md5::{Digest, Md5};
 
+mod client;
 mod steering;
 
 use super::{
@@ -132,11 +133,11 @@ impl Clients {
         // An unreachable cluster must cost a bounded time, not a reconcile slot for minutes.
         config.connect_timeout = Some(Duration::from_secs(5));
         config.read_timeout = Some(Duration::from_secs(15));
-        // kube retries 503s up to 15 times with growing delays; this controller
-        // has its own per-cluster backoff and must report the failure promptly.
-        config.default_retry = false;
+        // No retry layer (kube's default retries 503s up to 15 times with
+        // growing delays): this controller has its own per-cluster backoff and
+        // must report the failure promptly.
         let client =
-            Client::try_from(config).map_err(|e| invalid(redact::scrub(&e.to_string(), &text)))?;
+            client::build(config).map_err(|e| invalid(redact::scrub(&e.to_string(), &text)))?;
         tracing::info!(cluster = %key, "built a workload client from the kubeconfig Secret");
         self.clients
             .lock()

@@ -294,28 +294,11 @@ async fn workload_cluster(index: usize) -> TestApi {
     api
 }
 
-/// Stand-in for the DaemonSet controller and kubelets: once the proxy
-/// DaemonSet exists, report one scheduled, ready node.
-fn kubelet(client: Client, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
+/// Stand-in for the DaemonSet controller and kubelets of one workload cluster.
+fn kubelet(client: Client) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let api: Api<DaemonSet> = Api::namespaced(client, "kube-system");
-        let status = json!({"status": {"desiredNumberScheduled": 1, "currentNumberScheduled": 1,
-                                       "numberReady": 1, "numberMisscheduled": 0}});
-        while !stop.load(Ordering::Relaxed) {
-            if let Ok(Some(ds)) = api.get_opt("hcp-ingress-proxy").await {
-                if ds.status.is_some_and(|s| s.number_ready == 1) {
-                    return;
-                }
-                let _ = api
-                    .patch_status(
-                        "hcp-ingress-proxy",
-                        &PatchParams::default(),
-                        &Patch::Merge(&status),
-                    )
-                    .await;
-            }
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
+        memkube::stand_in::daemon_set_ready_on_one_node(client, "kube-system", "hcp-ingress-proxy")
+            .await
     })
 }
 
@@ -487,11 +470,7 @@ async fn converges_after_random_faults_and_a_restart_with_nothing_lost_or_duplic
     let (early, rest) = cases.split_at(CLUSTERS / 2);
     let (during_a, during_b) = rest.split_at(CLUSTERS / 4);
     create_all(&m.client, early, &workloads).await;
-    let stop_kubelets = Arc::new(AtomicBool::new(false));
-    let kubelets: Vec<_> = workloads
-        .iter()
-        .map(|w| kubelet(w.client(), stop_kubelets.clone()))
-        .collect();
+    let kubelets: Vec<_> = workloads.iter().map(|w| kubelet(w.client())).collect();
     let stop_drops = Arc::new(AtomicBool::new(false));
     // Watch streams end every 1.5 s: the caches resume (or relist) under faults.
     let dropper = {
@@ -598,9 +577,8 @@ async fn converges_after_random_faults_and_a_restart_with_nothing_lost_or_duplic
     let converged_at = started.elapsed();
     let management_requests = m.api.request_log().len();
     eprintln!("[{converged_at:?}] converged");
-    stop_kubelets.store(true, Ordering::Relaxed);
     for k in kubelets {
-        k.await.unwrap();
+        k.abort();
     }
 
     check_objects(&m, &cases, &workloads).await;

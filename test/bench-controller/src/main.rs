@@ -45,14 +45,13 @@ use hcp_ingress::{
     controller::{Settings, run},
 };
 use k8s_openapi::api::{
-    apps::v1::{DaemonSet, Deployment},
+    apps::v1::Deployment,
     core::v1::{Endpoints, Namespace, Secret, Service},
 };
 use kube::{
     Api, Client,
-    api::{
-        ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
-    },
+    api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams},
+    runtime::{WatchStreamExt, reflector, watcher},
 };
 use memkube::{RequestMatch, RequestRecord, TestApi};
 use serde_json::{Value, json};
@@ -574,7 +573,10 @@ async fn measure(args: &Args) -> Result<(), String> {
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
-                .with_filter(filter::LevelFilter::WARN),
+                .with_filter(
+                    filter::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| filter::EnvFilter::new("warn")),
+                ),
         )
         .with(
             ReconcileCounter(reconciles.clone()).with_filter(filter::filter_fn(|m| {
@@ -632,6 +634,7 @@ async fn measure(args: &Args) -> Result<(), String> {
         }
         if Instant::now() > deadline {
             eprintln!("N={n}: gave up after {t:.1} s with {route_ready} of {n} converged");
+            eprintln!("N={n}: {}", server.ask("stuck").await?);
             break (route_ready, t);
         }
         if last_report.elapsed() > Duration::from_secs(5) {
@@ -871,12 +874,20 @@ async fn serve(args: &Args) -> Result<(), String> {
         }
     }
 
-    let cpis: Api<ControlPlaneIngress> = Api::all(setup.clone());
+    // Convergence is read from a watch-fed cache: listing every object ten
+    // times a second would cost the API server more than the controller does.
+    let (cpis, writer) = reflector::store::<ControlPlaneIngress>();
+    let watch = tokio::spawn(
+        watcher(Api::all(setup.clone()), watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .for_each(|_| futures::future::ready(())),
+    );
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         let answer = match line.trim() {
             "converged" => {
-                let (route_ready, ready, total) = converged(&cpis, args.workloads).await?;
+                let (route_ready, ready, total) = converged(&cpis.state(), args.workloads);
                 format!("converged {route_ready} {ready} {total}")
             }
             "clear" => {
@@ -884,10 +895,12 @@ async fn serve(args: &Args) -> Result<(), String> {
                 "ok".to_string()
             }
             "stats" => format!("stats {}", management.stats()),
+            "stuck" => format!("stuck {}", Value::from(stuck(&cpis.state()))),
             other => format!("error unknown command {other:?}"),
         };
         println!("{answer}");
     }
+    watch.abort();
     drop(workloads);
     Ok(())
 }
@@ -917,14 +930,19 @@ async fn workload_sides(
             async move {
                 let ns = namespace(i % namespaces);
                 let name = format!("tenant-{i:05}");
+                // HTTPS with its own CA in the kubeconfig, as CAPI writes it.
                 let workload = TestApi::start_with(memkube::Options {
                     name: format!("workload-{i}"),
+                    tls: true,
                     ..Default::default()
                 })
                 .await
                 .map_err(|e| format!("failed to start a workload API server: {e}"))?;
                 seed_workload(&workload.client()).await?;
-                tokio::spawn(kubelet(workload.client()));
+                let kubelet = workload.client();
+                tokio::spawn(async move {
+                    memkube::stand_in::daemon_set_ready_on_one_node(kubelet, "kube-system", "hcp-ingress-proxy").await
+                });
                 let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
                 for (secret, data) in [
                     (
@@ -997,29 +1015,6 @@ async fn seed_workload(client: &Client) -> Result<(), String> {
         .patch("cloud-controller-manager", &apply, &Patch::Apply(&ccm))
         .await;
     seeded("the cloud-controller-manager", result.map(drop))
-}
-
-/// Stand-in for the DaemonSet controller and kubelets: once the proxy
-/// DaemonSet exists, report one scheduled, ready node.
-async fn kubelet(client: Client) {
-    let api: Api<DaemonSet> = Api::namespaced(client, "kube-system");
-    let status = json!({"status": {"desiredNumberScheduled": 1, "currentNumberScheduled": 1,
-                                   "numberReady": 1, "numberMisscheduled": 0}});
-    loop {
-        if let Ok(Some(ds)) = api.get_opt("hcp-ingress-proxy").await {
-            if ds.status.is_some_and(|s| s.number_ready == 1) {
-                return;
-            }
-            let _ = api
-                .patch_status(
-                    "hcp-ingress-proxy",
-                    &PatchParams::default(),
-                    &Patch::Merge(&status),
-                )
-                .await;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
 }
 
 fn load_schemas(api: &TestApi, dir: &Path) -> Result<(), String> {
@@ -1134,17 +1129,10 @@ fn cpi(ns: &str, name: &str, flavor: &str, workload_proxy: bool) -> Value {
 /// (RouteReady=True at the current generation, Ready=True, total).
 /// With `workloads`, a cluster converges once its endpoints are steered and
 /// its cloud-controller-manager configured as well.
-async fn converged(
-    api: &Api<ControlPlaneIngress>,
-    workloads: bool,
-) -> Result<(usize, usize, usize), String> {
-    let list = api
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| format!("failed to list ControlPlaneIngresses: {e}"))?;
-    let total = list.items.len();
+fn converged(cpis: &[Arc<ControlPlaneIngress>], workloads: bool) -> (usize, usize, usize) {
+    let total = cpis.len();
     let (mut route_ready, mut ready) = (0, 0);
-    for cpi in &list.items {
+    for cpi in cpis {
         let Some(status) = &cpi.status else { continue };
         if status.observed_generation != cpi.metadata.generation {
             continue;
@@ -1159,7 +1147,34 @@ async fn converged(
         route_ready += usize::from(is_true("RouteReady") && workload_done);
         ready += usize::from(is_true("Ready"));
     }
-    Ok((route_ready, ready, total))
+    (route_ready, ready, total)
+}
+
+/// Why clusters have not converged: how many show each condition that is not
+/// True yet, as "type reason (count)", most frequent first.
+fn stuck(cpis: &[Arc<ControlPlaneIngress>]) -> Vec<String> {
+    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    for cpi in cpis {
+        let Some(status) = &cpi.status else {
+            *reasons.entry("no status".into()).or_default() += 1;
+            continue;
+        };
+        // Paused=False is the healthy state.
+        let open = |c: &&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition| {
+            c.status != "True" && c.type_ != "Paused"
+        };
+        for c in status.conditions.iter().filter(open) {
+            *reasons
+                .entry(format!("{} {}", c.type_, c.reason))
+                .or_default() += 1;
+        }
+    }
+    let mut reasons: Vec<(String, usize)> = reasons.into_iter().collect();
+    reasons.sort_by_key(|r| std::cmp::Reverse(r.1));
+    reasons
+        .into_iter()
+        .map(|(r, n)| format!("{r} ({n})"))
+        .collect()
 }
 
 /// The controller's requests in `log`: total, writes, by verb and resource,

@@ -28,6 +28,7 @@ pub mod http;
 pub mod kubeconfig;
 pub mod registry;
 pub mod selector;
+pub mod stand_in;
 pub mod store;
 pub mod tls;
 pub mod typeinfo;
