@@ -892,9 +892,16 @@ async fn configure_konnectivity_agent(
         })
         .unwrap_or_default();
     let args = ccm::konnectivity_agent_args(&current, &host, port);
+    let original = ccm::original_args(&live, &current);
     // `args` is an atomic list: we apply the whole list, the other flags kept as they were.
-    let patch =
-        ccm::konnectivity_agent_patch(agent.kind, ccm::CCM_NAMESPACE, agent.name, &name, &args);
+    let patch = ccm::konnectivity_agent_patch(
+        agent.kind,
+        ccm::CCM_NAMESPACE,
+        agent.name,
+        &name,
+        &args,
+        &original,
+    );
     apply::apply_fields(ctx, &api, patch, Some(&live))
         .await
         .map_err(|e| Unreachable {
@@ -966,6 +973,12 @@ pub async fn cleanup(ctx: &Context, cpi: &ControlPlaneIngress) -> Result<Removal
             )));
         }
     };
+    // The CCM env and konnectivity-agent args point at the ingress, whose
+    // route goes with this object: give them back while the API path we just
+    // restored is there for the pods they restart.
+    let released = release_patched_workloads(ctx, cpi, &client)
+        .await
+        .map_err(|u| u.message)?;
     let mut removed = Vec::new();
     let config_map = || ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
     // The steering record goes last: a removal cut short is resumed with it.
@@ -993,12 +1006,66 @@ pub async fn cleanup(ctx: &Context, cpi: &ControlPlaneIngress) -> Result<Removal
             removed.push(format!("{kind} {NAMESPACE}/{name}"));
         }
     }
-    Ok(Removal::Removed(format!(
-        "restored {restored}; removed {}",
-        if removed.is_empty() {
+    let list = |items: Vec<String>| {
+        if items.is_empty() {
             "nothing".to_string()
         } else {
-            removed.join(", ")
+            items.join(", ")
         }
+    };
+    Ok(Removal::Removed(format!(
+        "restored {restored}; gave back {}; removed {}",
+        list(released),
+        list(removed)
     )))
+}
+
+/// Give back every Deployment and DaemonSet we patched (CCM env,
+/// konnectivity-agent args) in the namespaces `spec.ccm` can name: found by
+/// our field manager, so a target renamed or unselected since is not missed.
+/// Returns what was given back.
+async fn release_patched_workloads(
+    ctx: &Context,
+    cpi: &ControlPlaneIngress,
+    client: &Client,
+) -> Result<Vec<String>, Unreachable> {
+    let mut namespaces: Vec<String> = ccm::ccm_targets(cpi)
+        .into_iter()
+        .map(|t| t.namespace)
+        .chain([ccm::CCM_NAMESPACE.to_string()])
+        .collect();
+    namespaces.sort();
+    namespaces.dedup();
+    let mut released = Vec::new();
+    for namespace in &namespaces {
+        for kind in [ccm::WorkloadKind::Deployment, ccm::WorkloadKind::DaemonSet] {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), namespace, &kind.api_resource());
+            let list = api
+                .list(&Default::default())
+                .await
+                .map_err(|e| api_error(&format!("list {}s in {namespace}", kind.as_str()), e))?;
+            for live in list {
+                let ours = live
+                    .labels()
+                    .get(crate::api::MANAGED_BY_LABEL)
+                    .is_some_and(|m| m == crate::api::MANAGER);
+                let patched_by_us = live
+                    .managed_fields()
+                    .iter()
+                    .any(|f| f.manager.as_deref() == Some(crate::api::MANAGER));
+                if ours || !patched_by_us {
+                    continue;
+                }
+                apply::force_fields(ctx, &api, ccm::release_patch(kind, &live))
+                    .await
+                    .map_err(|e| Unreachable {
+                        reason: "ApplyFailed",
+                        message: e.to_string(),
+                    })?;
+                released.push(format!("{} {namespace}/{}", kind.as_str(), live.name_any()));
+            }
+        }
+    }
+    Ok(released)
 }

@@ -901,7 +901,8 @@ async fn with_nothing_to_give_back_the_proxy_stays_and_the_deletion_waits() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ccm_selected_by_label_and_the_konnectivity_agent_when_asked() {
+async fn ccm_selected_by_label_and_the_konnectivity_agent_when_asked_and_both_given_back_on_deletion()
+ {
     let m = management(&[]).await;
     let w = workload_cluster().await;
     connect(&m, &w).await;
@@ -973,6 +974,47 @@ async fn ccm_selected_by_label_and_the_konnectivity_agent_when_asked() {
         message.contains("DaemonSet kube-system/my-cloud-ccm")
             && message.contains("konnectivity-agent"),
         "{message}"
+    );
+
+    // Deleted, the route to the ingress host goes: both get their own back.
+    delete_cpi(&m).await;
+    let ccm = daemon_sets.get("my-cloud-ccm").await.unwrap();
+    let container = &ccm.spec.unwrap().template.spec.unwrap().containers[0];
+    assert!(
+        !container
+            .env
+            .iter()
+            .flatten()
+            .any(|e| e.name.starts_with("KUBERNETES_SERVICE_")),
+        "our env is dropped: {:?}",
+        container.env
+    );
+    assert_eq!(
+        container.image.as_deref(),
+        Some("example/ccm:v1"),
+        "the vendor's fields stay"
+    );
+    let agent = daemon_sets.get("konnectivity-agent").await.unwrap();
+    assert!(
+        !agent
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("hcp-ingress.dev/original-args"),
+        "the record of the original args goes too"
+    );
+    assert_eq!(
+        agent.spec.unwrap().template.spec.unwrap().containers[0].args,
+        Some(
+            [
+                "--logtostderr=true",
+                "--proxy-server-host=10.0.0.5",
+                "--proxy-server-port=8132"
+            ]
+            .map(String::from)
+            .to_vec()
+        ),
+        "konnectivity-agent dials what it dialled before"
     );
     running.stop().await;
 }

@@ -288,22 +288,82 @@ pub fn konnectivity_agent_args(current: &[String], host: &str, port: i32) -> Vec
     out
 }
 
+/// Annotation on the konnectivity-agent workload holding its container's
+/// args as they were before our first patch (a JSON list), to give them back.
+pub const ORIGINAL_ARGS_ANNOTATION: &str = "hcp-ingress.dev/original-args";
+
 /// The partial workload that sets `container`'s args. Unlike env, `args` is
 /// an atomic list: the apply owns all of it, so `args` must be the full list
-/// from [`konnectivity_agent_args`] applied to the live one.
+/// from [`konnectivity_agent_args`] applied to the live one, and dropping our
+/// ownership would delete the whole list: `original` (the args before our
+/// first patch) is kept beside them for [`release_patch`].
 pub fn konnectivity_agent_patch(
     kind: WorkloadKind,
     namespace: &str,
     name: &str,
     container: &str,
     args: &[String],
+    original: &[String],
 ) -> DynamicObject {
-    partial(
+    let mut patch = partial(
         kind,
         namespace,
         name,
         json!({"containers": [{"name": container, "args": args}]}),
-    )
+    );
+    let original = serde_json::to_string(original).expect("strings serialize");
+    patch
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(ORIGINAL_ARGS_ANNOTATION.to_string(), original);
+    patch
+}
+
+/// The args of konnectivity-agent's `container` before our first patch: the
+/// recorded ones when we patched before, else the live ones.
+pub fn original_args(live: &DynamicObject, current: &[String]) -> Vec<String> {
+    live.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ORIGINAL_ARGS_ANNOTATION))
+        .and_then(|json| serde_json::from_str(json).ok())
+        .unwrap_or_else(|| current.to_vec())
+}
+
+/// What to apply, with our field manager, to give a workload we patched
+/// (CCM env, konnectivity-agent args) back: only the identity, so server-side
+/// apply drops every field we set (our env entries go, theirs stay), except
+/// that recorded original args are applied again, since dropping an atomic
+/// list we own would delete it.
+pub fn release_patch(kind: WorkloadKind, live: &DynamicObject) -> DynamicObject {
+    let namespace = live.metadata.namespace.clone().unwrap_or_default();
+    let name = live.metadata.name.clone().unwrap_or_default();
+    let recorded = live
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ORIGINAL_ARGS_ANNOTATION))
+        .and_then(|json| serde_json::from_str::<Vec<String>>(json).ok());
+    let container = live
+        .data
+        .pointer("/spec/template/spec/containers/0/name")
+        .and_then(|n| n.as_str());
+    match (recorded, container) {
+        (Some(args), Some(container)) => partial(
+            kind,
+            &namespace,
+            &name,
+            json!({"containers": [{"name": container, "args": args}]}),
+        ),
+        _ => {
+            let value = json!({
+                "apiVersion": "apps/v1", "kind": kind.as_str(),
+                "metadata": {"name": name, "namespace": namespace},
+            });
+            serde_json::from_value(value).expect("a workload with metadata is a DynamicObject")
+        }
+    }
 }
 
 fn partial(

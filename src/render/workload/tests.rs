@@ -355,9 +355,12 @@ fn ccm_patch_carries_only_the_two_env_vars() {
     );
 }
 
+fn args(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| s.to_string()).collect()
+}
+
 #[test]
 fn konnectivity_args_replace_both_spellings_and_keep_the_rest() {
-    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     assert_eq!(
         konnectivity_agent_args(
             &args(&[
@@ -396,11 +399,54 @@ fn konnectivity_args_replace_both_spellings_and_keep_the_rest() {
         "konnectivity-agent",
         "konnectivity-agent",
         &args(&["--a"]),
+        &args(&["--before"]),
     ))
     .unwrap();
     assert_eq!(
         patch["spec"]["template"]["spec"]["containers"],
         json!([{"name": "konnectivity-agent", "args": ["--a"]}])
+    );
+    assert_eq!(
+        patch["metadata"]["annotations"][ORIGINAL_ARGS_ANNOTATION],
+        json!(r#"["--before"]"#)
+    );
+}
+
+/// Giving a patched workload back: the recorded args are applied again (an
+/// atomic list we own would otherwise be deleted); anything else is the bare
+/// identity, so that server-side apply drops every field we set.
+#[test]
+fn release_restores_recorded_args_and_otherwise_drops_our_fields() {
+    let live = |annotations: serde_json::Value| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": "konnectivity-agent", "namespace": "kube-system", "annotations": annotations},
+            "spec": {"template": {"spec": {"containers": [{"name": "agent", "args": ["--now"]}]}}},
+        }))
+        .unwrap()
+    };
+    let patched = live(json!({ORIGINAL_ARGS_ANNOTATION: r#"["--before","--x=1"]"#}));
+    assert_eq!(
+        original_args(&patched, &args(&["--now"])),
+        args(&["--before", "--x=1"])
+    );
+    let release = serde_json::to_value(release_patch(WorkloadKind::DaemonSet, &patched)).unwrap();
+    assert_eq!(
+        release["spec"]["template"]["spec"]["containers"],
+        json!([{"name": "agent", "args": ["--before", "--x=1"]}])
+    );
+    assert!(
+        release["metadata"].get("annotations").is_none(),
+        "the record goes with the release: {release}"
+    );
+
+    let ccm = live(json!({}));
+    assert_eq!(original_args(&ccm, &args(&["--now"])), args(&["--now"]));
+    let release = serde_json::to_value(release_patch(WorkloadKind::DaemonSet, &ccm)).unwrap();
+    assert_eq!(
+        release,
+        json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+               "metadata": {"name": "konnectivity-agent", "namespace": "kube-system"}})
     );
 }
 
