@@ -1,6 +1,7 @@
-//! The HTTP client of one workload cluster.
+//! The workload clusters' clients: one per cluster, from Secret
+//! `<cluster>-kubeconfig`, rebuilt when its content changes.
 //!
-//! Built the way kube builds its default client (TLS and credentials from the
+//! Each is built the way kube builds its default client (TLS and credentials from the
 //! kubeconfig, its auth layer refreshing tokens), with two differences that
 //! matter when one controller serves a thousand clusters:
 //! - an idle connection is closed after [`IDLE`]: a reconciliation makes its
@@ -10,14 +11,23 @@
 //! - the TLS session cache holds the one server the client talks to, not the
 //!   256 of rustls' default (14 KiB per client before the first connection).
 
-use std::time::Duration;
+use std::{collections::HashMap, sync::Mutex, time::Duration};
 
 use hyper_util::{
     client::legacy::{Client as HttpClient, connect::HttpConnector},
     rt::{TokioExecutor, TokioTimer},
 };
-use kube::{Client, Config, client::ConfigExt};
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Api, Client, Config, ResourceExt,
+    client::ConfigExt,
+    config::{KubeConfigOptions, Kubeconfig},
+};
+use md5::{Digest, Md5};
 use tower::{BoxError, ServiceBuilder};
+
+use super::Unreachable;
+use crate::{api::ControlPlaneIngress, controller::redact};
 
 /// How long a connection may stay idle before it is closed.
 pub const IDLE: Duration = Duration::from_secs(5);
@@ -60,4 +70,111 @@ pub fn build(config: Config) -> kube::Result<Client> {
         .map_err(BoxError::from)
         .service(http);
     Ok(Client::new(service, config.default_namespace))
+}
+
+/// Workload clients, one per cluster, rebuilt when its kubeconfig changes.
+#[derive(Default)]
+pub struct Clients {
+    clients: Mutex<HashMap<String, (String, Client)>>,
+    /// Per cluster: the last steering rewrite seen, and when.
+    drift: Mutex<HashMap<String, (std::time::Instant, Vec<String>)>>,
+}
+
+impl Clients {
+    /// Keep a steering rewrite in the status for `window` after it was last
+    /// seen: an API server's endpoint reconciler rewrites every few seconds and
+    /// we re-steer at once, so a single look would make the condition flap.
+    pub(super) fn remember_drift(
+        &self,
+        key: &str,
+        drift: Vec<String>,
+        window: Duration,
+    ) -> Vec<String> {
+        let mut seen = self.drift.lock().expect("drift memory");
+        if !drift.is_empty() {
+            seen.insert(key.to_string(), (std::time::Instant::now(), drift.clone()));
+            return drift;
+        }
+        match seen.get(key) {
+            Some((at, last)) if at.elapsed() < window => {
+                let ago = at.elapsed().as_secs();
+                last.iter().map(|d| format!("{d} ({ago} s ago)")).collect()
+            }
+            _ => {
+                seen.remove(key);
+                Vec::new()
+            }
+        }
+    }
+
+    /// The client of `cpi`'s workload cluster.
+    pub(super) async fn of(
+        &self,
+        mgmt: &Client,
+        cpi: &ControlPlaneIngress,
+    ) -> Result<Client, Unreachable> {
+        let namespace = cpi.namespace().unwrap_or_default();
+        self.get(mgmt, &namespace, &cpi.spec.cluster_name).await
+    }
+
+    async fn get(
+        &self,
+        mgmt: &Client,
+        namespace: &str,
+        cluster: &str,
+    ) -> Result<Client, Unreachable> {
+        let name = format!("{cluster}-kubeconfig");
+        let secrets: Api<Secret> = Api::namespaced(mgmt.clone(), namespace);
+        let secret = secrets.get_opt(&name).await.map_err(|e| Unreachable {
+            reason: "KubeconfigUnreadable",
+            message: format!("failed to read Secret {namespace}/{name}: {e}"),
+        })?;
+        let Some(value) = secret
+            .and_then(|s| s.data)
+            .and_then(|mut d| d.remove("value"))
+        else {
+            return Err(Unreachable {
+                reason: "KubeconfigMissing",
+                message: format!(
+                    "Secret {namespace}/{name} with key `value` not found: CAPI writes it once the control plane is up"
+                ),
+            });
+        };
+        let digest: String = Md5::digest(&value.0)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let key = format!("{namespace}/{cluster}");
+        if let Some((seen, client)) = self.clients.lock().expect("client cache").get(&key)
+            && *seen == digest
+        {
+            return Ok(client.clone());
+        }
+        let invalid = |e: String| Unreachable {
+            reason: "KubeconfigInvalid",
+            message: format!("Secret {namespace}/{name}: {e}"),
+        };
+        let text =
+            String::from_utf8(value.0).map_err(|_| invalid("`value` is not UTF-8".into()))?;
+        // Parser messages quote the kubeconfig: scrub them before they are shown.
+        let kubeconfig = Kubeconfig::from_yaml(&text)
+            .map_err(|e| invalid(redact::scrub(&e.to_string(), &text)))?;
+        let mut config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| invalid(redact::scrub(&e.to_string(), &text)))?;
+        // An unreachable cluster must cost a bounded time, not a reconcile slot for minutes.
+        config.connect_timeout = Some(Duration::from_secs(5));
+        config.read_timeout = Some(Duration::from_secs(15));
+        // No retry layer (kube's default retries 503s up to 15 times with
+        // growing delays): this controller has its own per-cluster backoff and
+        // must report the failure promptly.
+        let client = build(config).map_err(|e| invalid(redact::scrub(&e.to_string(), &text)))?;
+        tracing::info!(cluster = %key, "built a workload client from the kubeconfig Secret");
+        self.clients
+            .lock()
+            .expect("client cache")
+            .insert(key, (digest, client.clone()));
+        Ok(client)
+    }
 }

@@ -10,12 +10,16 @@ use k8s_openapi::api::{
 };
 use kube::{Api, Client, ResourceExt, api::DynamicObject};
 
-use super::{Unreachable, api_error, resource_of};
+use super::{Unreachable, api_error, apply_failed, resource_of};
 use crate::{
     api::{MANAGED_BY_LABEL, MANAGER, Steering},
-    controller::{Context, apply},
+    controller::{
+        Context, apply,
+        status::{Desired, types},
+    },
     render::workload::{
-        self, NAMESPACE, RECORD_NAME, SteeringRecord, parse_record, record_config_map,
+        self, NAMESPACE, ProxyObjects, RECORD_NAME, SteeringObjects, SteeringRecord, parse_record,
+        record_config_map,
     },
 };
 
@@ -64,10 +68,7 @@ async fn write_record(
     apply::apply(ctx, &api, object, None)
         .await
         .map(drop)
-        .map_err(|e| Unreachable {
-            reason: "ApplyFailed",
-            message: e.to_string(),
-        })
+        .map_err(apply_failed)
 }
 
 /// Before steering with `mode`: record what `default/kubernetes` holds (once,
@@ -217,4 +218,100 @@ async fn give_back_mode(
         }
     }
     Ok(Ok(restore.summary))
+}
+
+/// What someone else changed in the `kubernetes` Service (service steering),
+/// read before we re-apply our fields.
+pub(super) async fn service_drift(
+    client: &Client,
+    objects: &ProxyObjects,
+) -> Result<Vec<String>, Unreachable> {
+    if !matches!(objects.steering, SteeringObjects::Service { .. }) {
+        return Ok(Vec::new());
+    }
+    let service = Api::<Service>::namespaced(client.clone(), "default")
+        .get_opt("kubernetes")
+        .await
+        .map_err(|e| api_error("read Service default/kubernetes", e))?;
+    Ok(match &service {
+        Some(live) => workload::steering_drift(&objects.steering, None, None, Some(live)),
+        None => Vec::new(),
+    })
+}
+
+/// What someone else changed in the Endpoints and EndpointSlice we applied,
+/// from the very objects the apply was decided on (no race with a rewrite).
+pub(super) fn endpoints_drift(
+    objects: &ProxyObjects,
+    seen: &[(DynamicObject, Option<DynamicObject>)],
+) -> Vec<String> {
+    let rewritten = |kind: &str| {
+        seen.iter()
+            .find(|(want, was)| {
+                want.types.as_ref().is_some_and(|t| t.kind == kind)
+                    && apply::rewritten_by_others(want, was.as_ref())
+            })
+            .and_then(|(_, was)| serde_json::to_value(was.as_ref()?).ok())
+    };
+    let SteeringObjects::AdvertiseAddress {
+        endpoints: wanted_endpoints,
+        endpoint_slice: wanted_slice,
+    } = &objects.steering
+    else {
+        return Vec::new();
+    };
+    let endpoints: Option<Endpoints> =
+        rewritten("Endpoints").and_then(|v| serde_json::from_value(v).ok());
+    let slice: Option<EndpointSlice> =
+        rewritten("EndpointSlice").and_then(|v| serde_json::from_value(v).ok());
+    if endpoints.is_none() && slice.is_none() {
+        return Vec::new();
+    }
+    // What was not rewritten compares as wanted.
+    workload::steering_drift(
+        &objects.steering,
+        Some(endpoints.as_ref().unwrap_or(wanted_endpoints)),
+        Some(slice.as_ref().unwrap_or(wanted_slice)),
+        None,
+    )
+}
+
+pub(super) fn steered(
+    objects: &ProxyObjects,
+    drift: Vec<String>,
+    switched: Option<String>,
+) -> Desired {
+    let switched = switched.map(|s| format!(" ({s})")).unwrap_or_default();
+    match (&objects.steering, drift.is_empty()) {
+        (SteeringObjects::AdvertiseAddress { .. }, true) => Desired::ok(
+            types::ENDPOINTS_STEERED,
+            "AdvertiseAddress",
+            format!(
+                "default/kubernetes Endpoints and EndpointSlice point at the node-local proxy address{switched}"
+            ),
+        ),
+        (SteeringObjects::Service { .. }, true) => Desired::ok(
+            types::ENDPOINTS_STEERED,
+            "ServiceSelector",
+            format!(
+                "the kubernetes Service selects the node proxy (internalTrafficPolicy: Local){switched}"
+            ),
+        ),
+        (SteeringObjects::AdvertiseAddress { .. }, false) => Desired::failed(
+            types::ENDPOINTS_STEERED,
+            "EndpointsOverwritten",
+            format!(
+                "something else rewrote default/kubernetes ({}): run the API server with --endpoint-reconciler-type=none; re-steered for now",
+                drift.join("; ")
+            ),
+        ),
+        (SteeringObjects::Service { .. }, false) => Desired::failed(
+            types::ENDPOINTS_STEERED,
+            "ServiceOverwritten",
+            format!(
+                "something else changed the kubernetes Service ({}); re-applied",
+                drift.join("; ")
+            ),
+        ),
+    }
 }

@@ -1,0 +1,297 @@
+//! The cloud-controller-manager and konnectivity-agent of a workload
+//! cluster: pointed at the ingress host by name (`KUBERNETES_SERVICE_HOST/PORT`,
+//! `--proxy-server-host/port`), and given back on removal.
+
+use std::collections::HashMap;
+
+use kube::{Api, Client, ResourceExt, api::DynamicObject};
+
+use super::{Unreachable, api_error, apply_failed};
+use crate::{
+    api::ControlPlaneIngress,
+    controller::{
+        Context, apply,
+        status::{Desired, types},
+    },
+    render::workload::{self as ccm, OverrideTarget},
+};
+
+/// Set `KUBERNETES_SERVICE_HOST/PORT` on each CCM target found.
+pub(super) async fn configure_ccm(
+    ctx: &Context,
+    cpi: &ControlPlaneIngress,
+    client: &Client,
+) -> Result<Desired, Unreachable> {
+    let targets = ccm::ccm_targets(cpi);
+    if targets.is_empty() {
+        return Ok(Desired::ok(
+            types::CCM_CONFIGURED,
+            "Disabled",
+            "spec.ccm.enabled is false",
+        ));
+    }
+    let spec = cpi.spec.ccm.clone().unwrap_or_default();
+    let mut found: Vec<(OverrideTarget, DynamicObject)> = Vec::new();
+    let mut missing = Vec::new();
+    // The well-known names are looked up as both kinds: one list per kind
+    // answers them all, where a get per name and kind would cost dozens.
+    let mut listed: HashMap<ccm::WorkloadKind, Vec<DynamicObject>> = HashMap::new();
+    for target in targets {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            &target.namespace,
+            &target.kind.api_resource(),
+        );
+        let live = if target.well_known {
+            let all = match listed.entry(target.kind) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    let items = api
+                        .list(&Default::default())
+                        .await
+                        .map_err(|err| {
+                            api_error(
+                                &format!("list {}s in {}", target.kind.as_str(), target.namespace),
+                                err,
+                            )
+                        })?
+                        .items;
+                    e.insert(items)
+                }
+            };
+            all.iter().find(|o| o.name_any() == target.name).cloned()
+        } else {
+            api.get_opt(&target.name)
+                .await
+                .map_err(|e| api_error(&format!("read {}", describe(&target)), e))?
+        };
+        match live {
+            Some(live) => found.push((target, live)),
+            None if !target.well_known => missing.push(describe(&target)),
+            None => {}
+        }
+    }
+    // Selected by label: every Deployment and DaemonSet in kube-system that carries them.
+    if !spec.selector.is_empty() {
+        let labels: Vec<String> = spec
+            .selector
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let params = kube::api::ListParams::default().labels(&labels.join(","));
+        for kind in [ccm::WorkloadKind::Deployment, ccm::WorkloadKind::DaemonSet] {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), ccm::CCM_NAMESPACE, &kind.api_resource());
+            let list = api.list(&params).await.map_err(|e| {
+                api_error(
+                    &format!("list {}s selected by spec.ccm.selector", kind.as_str()),
+                    e,
+                )
+            })?;
+            for live in list {
+                if found
+                    .iter()
+                    .any(|(t, _)| t.kind == kind && t.name == live.name_any())
+                {
+                    continue;
+                }
+                let target = OverrideTarget {
+                    kind,
+                    namespace: ccm::CCM_NAMESPACE.to_string(),
+                    name: live.name_any(),
+                    containers: Vec::new(),
+                    well_known: false,
+                };
+                found.push((target, live));
+            }
+        }
+    }
+    let mut patched = Vec::new();
+    for (target, live) in found {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            &target.namespace,
+            &target.kind.api_resource(),
+        );
+        let containers = if target.containers.is_empty() {
+            container_names(&live)
+        } else {
+            target.containers.clone()
+        };
+        let patch = ccm::ccm_patch(
+            cpi,
+            target.kind,
+            &target.namespace,
+            &target.name,
+            &containers,
+        );
+        apply::apply_fields(ctx, &api, patch, Some(&live))
+            .await
+            .map_err(apply_failed)?;
+        patched.push(format!(
+            "{} (containers: {})",
+            describe(&target),
+            containers.join(", ")
+        ));
+    }
+    if spec.konnectivity_agent {
+        match configure_konnectivity_agent(ctx, cpi, client).await? {
+            Ok(done) => patched.push(done),
+            Err(problem) => missing.push(problem),
+        }
+    }
+    let [(_, host), (_, port)] = ccm::service_host_env(cpi);
+    Ok(if !missing.is_empty() {
+        Desired::failed(
+            types::CCM_CONFIGURED,
+            "TargetNotFound",
+            format!("not found: {}", missing.join(", ")),
+        )
+    } else if patched.is_empty() {
+        Desired::ok(
+            types::CCM_CONFIGURED,
+            "NoCCMFound",
+            "no well-known cloud-controller-manager runs in kube-system",
+        )
+    } else {
+        Desired::ok(
+            types::CCM_CONFIGURED,
+            "Patched",
+            format!(
+                "KUBERNETES_SERVICE_HOST={host} KUBERNETES_SERVICE_PORT={port} on {}",
+                patched.join(", ")
+            ),
+        )
+    })
+}
+
+/// Point konnectivity-agent at `ingress.konnectivityHost:port` (`--proxy-server-host/port`).
+/// Ok(Ok(what was done)) or Ok(Err(what is missing)).
+async fn configure_konnectivity_agent(
+    ctx: &Context,
+    cpi: &ControlPlaneIngress,
+    client: &Client,
+) -> Result<Result<String, String>, Unreachable> {
+    let agent = ccm::KONNECTIVITY_AGENT;
+    let Some((host, port)) = ccm::konnectivity_server(cpi) else {
+        return Ok(Err(
+            "spec.ccm.konnectivityAgent needs spec.ingress.konnectivityHost".into(),
+        ));
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ccm::CCM_NAMESPACE,
+        &agent.kind.api_resource(),
+    );
+    let what = format!(
+        "{} {}/{}",
+        agent.kind.as_str(),
+        ccm::CCM_NAMESPACE,
+        agent.name
+    );
+    let Some(live) = api
+        .get_opt(agent.name)
+        .await
+        .map_err(|e| api_error(&format!("read {what}"), e))?
+    else {
+        return Ok(Err(what));
+    };
+    let Some(container) = live.data.pointer("/spec/template/spec/containers/0") else {
+        return Ok(Err(format!("{what} has no container")));
+    };
+    let name = container["name"].as_str().unwrap_or_default().to_string();
+    let current: Vec<String> = container["args"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    let args = ccm::konnectivity_agent_args(&current, &host, port);
+    let original = ccm::original_args(&live, &current);
+    // `args` is an atomic list: we apply the whole list, the other flags kept as they were.
+    let patch = ccm::konnectivity_agent_patch(
+        agent.kind,
+        ccm::CCM_NAMESPACE,
+        agent.name,
+        &name,
+        &args,
+        &original,
+    );
+    apply::apply_fields(ctx, &api, patch, Some(&live))
+        .await
+        .map_err(apply_failed)?;
+    Ok(Ok(format!(
+        "{what} (--proxy-server-host={host} --proxy-server-port={port})"
+    )))
+}
+
+fn describe(target: &OverrideTarget) -> String {
+    format!(
+        "{} {}/{}",
+        target.kind.as_str(),
+        target.namespace,
+        target.name
+    )
+}
+
+fn container_names(workload: &DynamicObject) -> Vec<String> {
+    workload
+        .data
+        .pointer("/spec/template/spec/containers")
+        .and_then(|c| c.as_array())
+        .map(|cs| {
+            cs.iter()
+                .filter_map(|c| c["name"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Give back every Deployment and DaemonSet we patched (CCM env,
+/// konnectivity-agent args) in the namespaces `spec.ccm` can name: found by
+/// our field manager, so a target renamed or unselected since is not missed.
+/// Returns what was given back.
+pub(super) async fn release_patched_workloads(
+    ctx: &Context,
+    cpi: &ControlPlaneIngress,
+    client: &Client,
+) -> Result<Vec<String>, Unreachable> {
+    let mut namespaces: Vec<String> = ccm::ccm_targets(cpi)
+        .into_iter()
+        .map(|t| t.namespace)
+        .chain([ccm::CCM_NAMESPACE.to_string()])
+        .collect();
+    namespaces.sort();
+    namespaces.dedup();
+    let mut released = Vec::new();
+    for namespace in &namespaces {
+        for kind in [ccm::WorkloadKind::Deployment, ccm::WorkloadKind::DaemonSet] {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), namespace, &kind.api_resource());
+            let list = api
+                .list(&Default::default())
+                .await
+                .map_err(|e| api_error(&format!("list {}s in {namespace}", kind.as_str()), e))?;
+            for live in list {
+                let ours = live
+                    .labels()
+                    .get(crate::api::MANAGED_BY_LABEL)
+                    .is_some_and(|m| m == crate::api::MANAGER);
+                let patched_by_us = live
+                    .managed_fields()
+                    .iter()
+                    .any(|f| f.manager.as_deref() == Some(crate::api::MANAGER));
+                if ours || !patched_by_us {
+                    continue;
+                }
+                apply::force_fields(ctx, &api, ccm::release_patch(kind, &live))
+                    .await
+                    .map_err(apply_failed)?;
+                released.push(format!("{} {namespace}/{}", kind.as_str(), live.name_any()));
+            }
+        }
+    }
+    Ok(released)
+}
