@@ -230,7 +230,7 @@ pub struct Tuning {
     pub proxy_image: String,
 }
 
-/// Per-object exponential backoff after errors: 1 s, 2 s, 4 s ... 5 min.
+/// Per-object exponential backoff after errors: 1 s, 2 s, 4 s ... 256 s.
 #[derive(Default)]
 pub struct Backoff(Mutex<HashMap<String, u32>>);
 
@@ -240,7 +240,7 @@ impl Backoff {
         let mut failures = self.0.lock().expect("backoff lock");
         let n = failures.entry(key.to_string()).or_default();
         *n = n.saturating_add(1);
-        Duration::from_secs(1u64 << (*n - 1).min(8)).min(Duration::from_secs(300))
+        Duration::from_secs(1u64 << (*n - 1).min(8))
     }
 
     /// Forget failures of `key` after a success.
@@ -418,7 +418,30 @@ pub fn event_note(note: String) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{EVENT_NOTE_LIMIT, event_note};
+    use std::time::Duration;
+
+    use super::{Backoff, EVENT_NOTE_LIMIT, event_note};
+
+    /// Retries wait longer after each failure of one object, never another
+    /// object's failures, up to 256 s; a success starts over.
+    #[test]
+    fn backoff_grows_per_key_is_capped_and_resets() {
+        let backoff = Backoff::default();
+        let secs = |d: Duration| d.as_secs();
+        let a = "source/k0smotron-cluster/team-a/tenant";
+        let b = "source/k0smotron-cluster/team-b/tenant";
+        assert_eq!(
+            [backoff.next(a), backoff.next(a), backoff.next(a)].map(secs),
+            [1, 2, 4]
+        );
+        assert_eq!(secs(backoff.next(b)), 1, "another namespace counts apart");
+        for _ in 0..20 {
+            backoff.next(a);
+        }
+        assert_eq!(secs(backoff.next(a)), 256, "capped at 256 s");
+        backoff.reset(a);
+        assert_eq!(secs(backoff.next(a)), 1);
+    }
 
     #[test]
     fn event_notes_fit_the_api_limit_and_keep_their_start() {

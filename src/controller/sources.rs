@@ -61,14 +61,31 @@ pub async fn run(
 }
 
 fn error_policy(obj: Arc<DynamicObject>, _: &Error, ctx: Arc<SourceContext>) -> Action {
-    Action::requeue(
-        ctx.ctx
-            .backoff
-            .next(&format!("{}/{}", ctx.kind.flag_name(), obj.name_any())),
+    Action::requeue(ctx.ctx.backoff.next(&backoff_key(&ctx, &obj)))
+}
+
+/// A source object's failures, counted apart from every other object's: the
+/// same name in two namespaces, or of two kinds, is two objects.
+fn backoff_key(sctx: &SourceContext, obj: &DynamicObject) -> String {
+    format!(
+        "source/{}/{}/{}",
+        sctx.kind.flag_name(),
+        obj.namespace().unwrap_or_default(),
+        obj.name_any()
     )
 }
 
 async fn reconcile(obj: Arc<DynamicObject>, sctx: Arc<SourceContext>) -> Result<Action, Error> {
+    let key = backoff_key(&sctx, &obj);
+    let result = derive_and_apply(obj, &sctx).await;
+    // A success starts the next failure's backoff from the shortest delay again.
+    if result.is_ok() {
+        sctx.ctx.backoff.reset(&key);
+    }
+    result
+}
+
+async fn derive_and_apply(obj: Arc<DynamicObject>, sctx: &SourceContext) -> Result<Action, Error> {
     let ctx = &sctx.ctx;
     ctx.caches_ready().await?;
     ctx.cpis.synced().await;
@@ -96,7 +113,7 @@ async fn reconcile(obj: Arc<DynamicObject>, sctx: Arc<SourceContext>) -> Result<
                     "{} already exists and is not derived from this object: it is left alone; delete it or rename one of them",
                     crate::render::describe(existing)
                 );
-                publish(&sctx, &obj, "ControlPlaneIngressExists", note).await;
+                publish(sctx, &obj, "ControlPlaneIngressExists", note).await;
                 return Ok(Action::await_change());
             }
             let cluster = ctx.cluster_of(&cpi);
@@ -152,7 +169,7 @@ async fn reconcile(obj: Arc<DynamicObject>, sctx: Arc<SourceContext>) -> Result<
             // Invalid: say so on the source object; keep whatever exists.
             tracing::warn!(%error, "source object asks for an invalid ingress");
             publish(
-                &sctx,
+                sctx,
                 &obj,
                 "InvalidIngress",
                 format!("{error}; nothing was changed"),
