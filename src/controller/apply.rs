@@ -17,10 +17,7 @@ pub const APPLIED_DIGEST_ANNOTATION: &str = "hcp-ingress.dev/applied-digest";
 /// Digest of an object as we apply it.
 pub fn digest(obj: &DynamicObject) -> String {
     let bytes = serde_json::to_vec(obj).expect("objects serialize");
-    Md5::digest(&bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    format!("{:x}", Md5::digest(&bytes))
 }
 
 /// True when `existing` carries everything `desired` sets and was last

@@ -130,8 +130,7 @@ pub(super) fn shorten(name: String) -> String {
     if name.len() <= 63 {
         return name;
     }
-    let digest = Md5::digest(name.as_bytes());
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = format!("{:x}", Md5::digest(name.as_bytes()));
     format!("{}-{}", &name[..57], &hex[..5])
 }
 

@@ -140,10 +140,7 @@ impl Clients {
                 ),
             });
         };
-        let digest: String = Md5::digest(&value.0)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let digest = format!("{:x}", Md5::digest(&value.0));
         let key = format!("{namespace}/{cluster}");
         if let Some((seen, client)) = self.clients.lock().expect("client cache").get(&key)
             && *seen == digest

@@ -323,12 +323,17 @@ pub fn konnectivity_agent_patch(
 /// The args of konnectivity-agent's `container` before our first patch: the
 /// recorded ones when we patched before, else the live ones.
 pub fn original_args(live: &DynamicObject, current: &[String]) -> Vec<String> {
-    live.metadata
+    recorded_args(live).unwrap_or_else(|| current.to_vec())
+}
+
+/// The args recorded in [`ORIGINAL_ARGS_ANNOTATION`], if any.
+fn recorded_args(live: &DynamicObject) -> Option<Vec<String>> {
+    let json = live
+        .metadata
         .annotations
-        .as_ref()
-        .and_then(|a| a.get(ORIGINAL_ARGS_ANNOTATION))
-        .and_then(|json| serde_json::from_str(json).ok())
-        .unwrap_or_else(|| current.to_vec())
+        .as_ref()?
+        .get(ORIGINAL_ARGS_ANNOTATION)?;
+    serde_json::from_str(json).ok()
 }
 
 /// What to apply, with our field manager, to give a workload we patched
@@ -339,30 +344,18 @@ pub fn original_args(live: &DynamicObject, current: &[String]) -> Vec<String> {
 pub fn release_patch(kind: WorkloadKind, live: &DynamicObject) -> DynamicObject {
     let namespace = live.metadata.namespace.clone().unwrap_or_default();
     let name = live.metadata.name.clone().unwrap_or_default();
-    let recorded = live
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ORIGINAL_ARGS_ANNOTATION))
-        .and_then(|json| serde_json::from_str::<Vec<String>>(json).ok());
     let container = live
         .data
         .pointer("/spec/template/spec/containers/0/name")
         .and_then(|n| n.as_str());
-    match (recorded, container) {
+    match (recorded_args(live), container) {
         (Some(args), Some(container)) => partial(
             kind,
             &namespace,
             &name,
             json!({"containers": [{"name": container, "args": args}]}),
         ),
-        _ => {
-            let value = json!({
-                "apiVersion": "apps/v1", "kind": kind.as_str(),
-                "metadata": {"name": name, "namespace": namespace},
-            });
-            serde_json::from_value(value).expect("a workload with metadata is a DynamicObject")
-        }
+        _ => identity(kind, &namespace, &name, None),
     }
 }
 
@@ -372,10 +365,23 @@ fn partial(
     name: &str,
     pod_spec: serde_json::Value,
 ) -> DynamicObject {
-    let value = json!({
+    identity(kind, namespace, name, Some(pod_spec))
+}
+
+/// A workload with only its identity and, if given, a pod spec: the fields
+/// we apply, nothing else.
+fn identity(
+    kind: WorkloadKind,
+    namespace: &str,
+    name: &str,
+    pod_spec: Option<serde_json::Value>,
+) -> DynamicObject {
+    let mut value = json!({
         "apiVersion": "apps/v1", "kind": kind.as_str(),
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {"template": {"spec": pod_spec}},
     });
+    if let Some(pod_spec) = pod_spec {
+        value["spec"] = json!({"template": {"spec": pod_spec}});
+    }
     serde_json::from_value(value).expect("a workload with metadata is a DynamicObject")
 }

@@ -140,10 +140,7 @@ fn restart_hash(config: &Value) -> String {
 /// The MD5 digest of a value's JSON text, in hex.
 fn md5_hex(value: &impl serde::Serialize) -> String {
     let text = serde_json::to_string(value).expect("JSON values serialize");
-    Md5::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    format!("{:x}", Md5::digest(text.as_bytes()))
 }
 
 pub(super) fn config_map(
