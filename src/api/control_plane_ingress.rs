@@ -69,6 +69,74 @@ pub struct ControlPlaneIngressSpec {
     /// Cloud-controller-manager override (breaks the `--cloud-provider=external` deadlock).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ccm: Option<CcmSpec>,
+
+    /// The Secret with the workload cluster's kubeconfig; default `<clusterName>-kubeconfig`, key `value` (CAPI's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig_secret: Option<SecretKeyRef>,
+
+    /// What the control plane's own provider does itself: hcp-ingress never
+    /// becomes a second owner of those parts. Set by the source adapters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<UpstreamSpec>,
+}
+
+/// A key of a Secret in the ControlPlaneIngress's namespace.
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// Secret name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Key in `data`.
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+}
+
+/// The parts of the path the control plane's provider (k0smotron, Kamaji,
+/// Steward) creates itself. hcp-ingress leaves them to it, reports on them,
+/// and does the rest (CCM override, probes, status).
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct UpstreamSpec {
+    /// The provider: `k0smotron`, `kamaji` or `steward`.
+    #[schemars(length(min = 1, max = 63))]
+    pub provider: String,
+    /// The route object the provider creates for `ingress.apiHost`; hcp-ingress
+    /// then routes only what it leaves out (`ingress.konnectivityHost`, unless
+    /// `routeIncludesKonnectivity`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<UpstreamObject>,
+    /// The provider's route carries `ingress.konnectivityHost` too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub route_includes_konnectivity: bool,
+    /// The node proxy the provider ships into the workload cluster; hcp-ingress
+    /// then installs none and leaves `default/kubernetes` to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_proxy: Option<UpstreamObject>,
+}
+
+/// An object created by the control plane's provider.
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct UpstreamObject {
+    /// Kind (`Ingress`, `IngressRouteTCP`, `DaemonSet`, `Deployment`).
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+    /// Name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Namespace; default: the ControlPlaneIngress's (management side) or `default` (workload side).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+impl std::fmt::Display for UpstreamObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {ns}/{}", self.kind, self.name),
+            None => write!(f, "{} {}", self.kind, self.name),
+        }
+    }
 }
 
 /// Same shape as K0smotronControlPlane `spec.ingress`, so it can be copied across.

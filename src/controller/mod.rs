@@ -311,6 +311,8 @@ pub struct Context {
     pub backoff: Backoff,
     /// Workload cluster clients.
     pub workload_clients: workload::Clients,
+    /// The source adapters' watch caches: what a derived ControlPlaneIngress came from.
+    pub sources: Arc<sources::SourceCaches>,
 }
 
 impl Context {
@@ -320,6 +322,21 @@ impl Context {
         let key =
             ObjectRef::new_with(&cpi.spec.cluster_name, resource.clone()).within(&cpi.namespace()?);
         store.get(&key)
+    }
+
+    /// The source object a derived ControlPlaneIngress came from, and its kind, from the caches.
+    pub fn source_of(
+        &self,
+        cpi: &ControlPlaneIngress,
+    ) -> Option<(crate::sources::SourceKind, Arc<DynamicObject>)> {
+        let kind = crate::sources::SourceKind::of_derived(cpi)?;
+        let owner = cpi
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true))?;
+        let (cache, resource) = self.sources.get(&kind)?;
+        let key = ObjectRef::new_with(&owner.name, resource.clone()).within(&cpi.namespace()?);
+        cache.get(&key).map(|obj| (kind, obj))
     }
 
     /// Wait until every watch cache holds its first full list: deciding on a
@@ -333,6 +350,13 @@ impl Context {
                 self.clusters
                     .iter()
                     .map(|(store, _)| ("Cluster".to_string(), store)),
+            )
+            // Preflight reads the source objects: a half-filled cache would
+            // drop the condition and write the status twice.
+            .chain(
+                self.sources
+                    .values()
+                    .map(|(store, resource)| (resource.kind.clone(), store)),
             );
         for (kind, store) in caches {
             if tokio::time::timeout(Duration::from_secs(10), store.synced())

@@ -20,8 +20,8 @@ use super::{
     workload,
 };
 use crate::{
-    api::{ControlPlaneIngress, ControlPlaneIngressStatus, MANAGER, ProxyStatus},
-    render::{self, RenderError, RouteKind},
+    api::{ControlPlaneIngress, ControlPlaneIngressStatus, MANAGER, ProxyStatus, UpstreamObject},
+    render::{self, RenderError, RouteKind, conflict},
 };
 
 /// CAPI's pause annotation.
@@ -90,6 +90,29 @@ async fn with_finalizer(cpi: Arc<ControlPlaneIngress>, ctx: &Context) -> Result<
         set_finalizer(&api, &cpi, false).await?;
         return Ok(action);
     }
+    // One per cluster: a derived one that another one outranks goes, even
+    // when it was made before the other's source was seen.
+    let all = ctx.cpis.state();
+    if let Some(winner) = crate::sources::superseded_by(&cpi, all.iter().map(|c| c.as_ref())) {
+        let note = format!(
+            "cluster {} is described by {}: this derived ControlPlaneIngress is deleted",
+            cpi.spec.cluster_name,
+            render::describe(winner)
+        );
+        tracing::info!(object = %render::describe(&cpi), %note, "superseded");
+        ctx.event(&*cpi, EventType::Normal, "Superseded", "Delete", note)
+            .await;
+        ctx.metrics.write("ControlPlaneIngress", "delete");
+        return match api.delete(&cpi.name_any(), &Default::default()).await {
+            Ok(_) => Ok(Action::await_change()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(Action::await_change()),
+            Err(source) => Err(Error::Delete {
+                kind: "ControlPlaneIngress".into(),
+                name: key(&cpi),
+                source,
+            }),
+        };
+    }
     if !ours {
         set_finalizer(&api, &cpi, true).await?;
     }
@@ -147,6 +170,24 @@ async fn set_finalizer(
 }
 
 async fn cleanup(cpi: &ControlPlaneIngress, ctx: &Context) -> Result<Action, Error> {
+    // The workload side is per cluster: while another ControlPlaneIngress
+    // describes the cluster, what is installed there is its to keep.
+    let all = ctx.cpis.state();
+    if let Some(other) = all.iter().find(|o| {
+        o.namespace() == cpi.namespace()
+            && o.name_any() != cpi.name_any()
+            && o.metadata.deletion_timestamp.is_none()
+            && o.spec.cluster_name == cpi.spec.cluster_name
+    }) {
+        let note = format!(
+            "the workload cluster is left as it is: {} describes cluster {}",
+            render::describe(other),
+            cpi.spec.cluster_name
+        );
+        ctx.event(cpi, EventType::Normal, "WorkloadKept", "Delete", note)
+            .await;
+        return Ok(Action::await_change());
+    }
     match workload::cleanup(ctx, cpi).await.map_err(Error::Cleanup)? {
         workload::Removal::Removed(note) => {
             ctx.event(cpi, EventType::Normal, "WorkloadCleanedUp", "Delete", note)
@@ -207,28 +248,10 @@ async fn reconcile_stages(cpi: &ControlPlaneIngress, ctx: &Context) -> Result<Ac
             ),
         ));
     }
-    let flavor = cpi.spec.flavor();
-    let kind = RouteKind::of(flavor);
-    conditions.push(if !cpi.spec.ingress.deploy {
-        Desired::ok(types::ROUTE_READY, "DeployDisabled", "spec.ingress.deploy is false: no route is managed")
-    } else if let Some(store) = ctx.routes.get(&kind) {
-        let api = ctx.route_api(kind, cpi);
-        let mut names = Vec::new();
-        for object in desired.iter().cloned() {
-            let existing = store.get(&ObjectRef::from_obj_with(&object, kind.api_resource()));
-            names.push(object.name_any());
-            apply::apply(ctx, &api, object, existing.as_deref()).await?;
-        }
-        Desired::ok(types::ROUTE_READY, "Applied", format!("{} {} ({flavor})", kind.gvk().kind, names.join(", ")))
-    } else {
-        let gvk = kind.gvk();
-        let message = format!(
-            "{} ({}/{}) is not installed in the management cluster: install its CRD for the {flavor} flavor; the route is created as soon as it is",
-            gvk.kind, gvk.group, gvk.version
-        );
-        ctx.event(cpi, EventType::Warning, "RouteKindNotInstalled", "Apply", message.clone()).await;
-        Desired::failed(types::ROUTE_READY, "RouteKindNotInstalled", message)
-    });
+    conditions.push(route(ctx, cpi, &desired).await?);
+    if let Some(condition) = preflight(ctx, cpi).await {
+        conditions.push(condition);
+    }
     delete_stale(ctx, cpi, &desired).await?;
 
     // Check through the ingress.
@@ -264,6 +287,182 @@ async fn reconcile_stages(cpi: &ControlPlaneIngress, ctx: &Context) -> Result<Ac
     };
     Ok(Action::requeue(
         outcome.requeue.map_or(next, |r| r.min(next)),
+    ))
+}
+
+/// Apply the route, unless it is not ours to make: the control plane's
+/// provider makes it (`spec.upstream.route`), or another object already routes
+/// one of our hosts on the same ingress, or holds the name. Those are
+/// reported, never overwritten and never doubled.
+async fn route(
+    ctx: &Context,
+    cpi: &ControlPlaneIngress,
+    desired: &[DynamicObject],
+) -> Result<Desired, Error> {
+    let flavor = cpi.spec.flavor();
+    let kind = RouteKind::of(flavor);
+    let upstream = render::upstream_route(cpi).map(|u| upstream_route(ctx, cpi, u));
+    if desired.is_empty()
+        && let Some(upstream) = upstream
+    {
+        return Ok(upstream);
+    }
+    if !cpi.spec.ingress.deploy {
+        return Ok(Desired::ok(
+            types::ROUTE_READY,
+            "DeployDisabled",
+            "spec.ingress.deploy is false: no route is managed",
+        ));
+    }
+    let Some(store) = ctx.routes.get(&kind) else {
+        let gvk = kind.gvk();
+        let message = format!(
+            "{} ({}/{}) is not installed in the management cluster: install its CRD for the {flavor} flavor; the route is created as soon as it is",
+            gvk.kind, gvk.group, gvk.version
+        );
+        ctx.event(
+            cpi,
+            EventType::Warning,
+            "RouteKindNotInstalled",
+            "Apply",
+            message.clone(),
+        )
+        .await;
+        return Ok(Desired::failed(
+            types::ROUTE_READY,
+            "RouteKindNotInstalled",
+            message,
+        ));
+    };
+    let everything = store.state();
+    let mut conflicts = conflict::route_conflicts(cpi, kind, everything.iter().map(|o| o.as_ref()));
+    for object in desired {
+        if let Some(existing) = store.get(&ObjectRef::from_obj_with(object, kind.api_resource()))
+            && !conflict::controlled_by(&existing, cpi)
+        {
+            conflicts.push(format!(
+                "{} {}/{} exists and is controlled by {}: it is not ours to overwrite",
+                kind.gvk().kind,
+                existing.namespace().unwrap_or_default(),
+                existing.name_any(),
+                conflict::controller_of(&existing)
+            ));
+        }
+    }
+    if !conflicts.is_empty() {
+        let message = format!(
+            "no route was applied: {}; remove the other route or change spec.ingress.apiHost",
+            conflicts.join("; ")
+        );
+        ctx.event(
+            cpi,
+            EventType::Warning,
+            "RouteConflict",
+            "Apply",
+            message.clone(),
+        )
+        .await;
+        return Ok(Desired::failed(
+            types::ROUTE_READY,
+            "RouteConflict",
+            message,
+        ));
+    }
+    let api = ctx.route_api(kind, cpi);
+    let mut names = Vec::new();
+    for object in desired.iter().cloned() {
+        let existing = store.get(&ObjectRef::from_obj_with(&object, kind.api_resource()));
+        names.push(object.name_any());
+        apply::apply(ctx, &api, object, existing.as_deref()).await?;
+    }
+    let applied = format!("{} {} ({flavor})", kind.gvk().kind, names.join(", "));
+    Ok(match upstream {
+        // The provider routes the API host, we the rest: both must be there.
+        Some(mut upstream) => {
+            upstream.message = format!(
+                "{applied} routes the hosts it leaves out; {}",
+                upstream.message
+            );
+            upstream
+        }
+        None => Desired::ok(types::ROUTE_READY, "Applied", applied),
+    })
+}
+
+/// The provider's own route: ready once it exists (our route watches see every object of the kind).
+fn upstream_route(ctx: &Context, cpi: &ControlPlaneIngress, upstream: &UpstreamObject) -> Desired {
+    let provider = cpi
+        .spec
+        .upstream
+        .as_ref()
+        .map_or("the control plane's provider", |u| u.provider.as_str());
+    let namespace = upstream
+        .namespace
+        .clone()
+        .or_else(|| cpi.namespace())
+        .unwrap_or_default();
+    let kind = RouteKind::ALL
+        .into_iter()
+        .find(|k| k.gvk().kind == upstream.kind);
+    let found = kind
+        .and_then(|k| ctx.routes.get(&k).map(|store| (k, store)))
+        .and_then(|(k, store)| {
+            store.get(&ObjectRef::new_with(&upstream.name, k.api_resource()).within(&namespace))
+        });
+    let what = format!("{} {namespace}/{}", upstream.kind, upstream.name);
+    match found {
+        Some(_) => Desired::ok(
+            types::ROUTE_READY,
+            "ManagedByUpstream",
+            format!(
+                "{provider} routes {} with its {what}; hcp-ingress makes no second route",
+                cpi.spec.ingress.api_host
+            ),
+        ),
+        None => Desired::failed(
+            types::ROUTE_READY,
+            "UpstreamRouteMissing",
+            format!(
+                "waiting for {provider} to create its {what} (spec.upstream.route); hcp-ingress makes no second route"
+            ),
+        ),
+    }
+}
+
+/// What the control plane's own spec lacks for the path to work, for a
+/// ControlPlaneIngress derived from it (none for one a user wrote).
+async fn preflight(ctx: &Context, cpi: &ControlPlaneIngress) -> Option<Desired> {
+    let (kind, source) = ctx.source_of(cpi)?;
+    let missing = crate::sources::preflight::preflight(kind, &source, cpi);
+    let (_, kind_name) = kind.group_kind();
+    let object = crate::sources::describe(kind_name, &source.metadata);
+    if missing.is_empty() {
+        return Some(Desired::ok(
+            types::PREFLIGHT,
+            "Passed",
+            format!("{object} has what the path through the shared ingress needs"),
+        ));
+    }
+    let message = format!(
+        "{object} needs: {}",
+        missing
+            .iter()
+            .map(|m| format!("{}: {}", m.field, m.message))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    ctx.event(
+        cpi,
+        EventType::Warning,
+        "PreflightFailed",
+        "Preflight",
+        message.clone(),
+    )
+    .await;
+    Some(Desired::failed(
+        types::PREFLIGHT,
+        "MissingSettings",
+        message,
     ))
 }
 

@@ -479,17 +479,15 @@ async fn run_controllers(
     );
     let mut controller = Controller::for_stream(cpi_changes, (*cpis).clone());
 
-    // Our route objects: one watch per installed kind, cached for the diff.
+    // Route objects: one watch per installed kind, cached for the diff. Every
+    // object of the kind, not only ours: a route someone else made for one of
+    // our hosts is a conflict to report, and a provider's own route is what
+    // a ControlPlaneIngress that leaves the route to it reports on.
     let mut routes = HashMap::new();
     for (kind, resource) in &installed.routes {
-        let managed = watcher::Config::default().labels(&format!(
-            "{}={}",
-            crate::api::MANAGED_BY_LABEL,
-            crate::api::MANAGER
-        ));
         let (store, changes) = reflect(
             api_for(client, settings, resource),
-            managed,
+            watcher::Config::default(),
             resource.clone(),
             token.clone(),
         );
@@ -532,6 +530,29 @@ async fn run_controllers(
         None
     };
 
+    // The adapters' caches come from `reflect` too: a kube Controller that
+    // owns its watcher never ends a graceful shutdown that arrives before its
+    // first list (its runner waits for a store nothing fills any more), and
+    // the watches would never restart after a lost lease.
+    let watched: Vec<_> = installed
+        .sources
+        .iter()
+        .map(|(kind, resource)| {
+            let (store, changes) = reflect(
+                api_for(client, settings, resource),
+                watch_config(settings),
+                resource.clone(),
+                token.clone(),
+            );
+            (*kind, resource.clone(), store, changes)
+        })
+        .collect();
+    let all = Arc::new(
+        watched
+            .iter()
+            .map(|(kind, resource, store, _)| (*kind, (store.clone(), resource.clone())))
+            .collect::<sources::SourceCaches>(),
+    );
     let reporter = Reporter {
         controller: "hcp-ingress".into(),
         instance: std::env::var("POD_NAME").ok(),
@@ -547,6 +568,7 @@ async fn run_controllers(
         settings: settings.timing.clone(),
         backoff: Backoff::default(),
         workload_clients: Default::default(),
+        sources: all.clone(),
     });
 
     // Ready once every cache has its first full list.
@@ -583,22 +605,13 @@ async fn run_controllers(
                 tracing::debug!(%error, "controller event");
             }
         });
-    // The adapters' caches come from `reflect` too: a kube Controller that
-    // owns its watcher never ends a graceful shutdown that arrives before its
-    // first list (its runner waits for a store nothing fills any more), and
-    // the watches would never restart after a lost lease.
-    let adapters = installed.sources.iter().map(|(kind, resource)| {
-        let (store, changes) = reflect(
-            api_for(client, settings, resource),
-            watch_config(settings),
-            resource.clone(),
-            token.clone(),
-        );
+    let adapters = watched.into_iter().map(|(kind, resource, store, changes)| {
         sources::run(
             ctx.clone(),
-            *kind,
-            resource.clone(),
+            kind,
+            resource,
             ((*store).clone(), changes),
+            all.clone(),
             settings.concurrency,
             token.clone(),
         )

@@ -28,7 +28,14 @@ struct SourceContext {
     ctx: Arc<Context>,
     kind: SourceKind,
     resource: ApiResource,
+    /// Every running adapter's cache: a source of higher precedence for the
+    /// same cluster is seen before its ControlPlaneIngress exists.
+    all: Arc<SourceCaches>,
 }
+
+/// The watch caches of every running source adapter, by kind.
+pub type SourceCaches =
+    std::collections::HashMap<SourceKind, (super::Cache<DynamicObject>, ApiResource)>;
 
 /// Run the adapter of one source kind until `token` is cancelled, from a
 /// watch cache and its stream of changes (whose task ends with `token`).
@@ -40,6 +47,7 @@ pub async fn run(
         Store<DynamicObject>,
         impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static,
     ),
+    all: Arc<SourceCaches>,
     concurrency: u16,
     token: CancellationToken,
 ) {
@@ -47,6 +55,7 @@ pub async fn run(
         ctx,
         kind,
         resource: resource.clone(),
+        all,
     });
     Controller::for_stream_with(changes, store, resource)
         .with_config(Config::default().concurrency(concurrency))
@@ -116,6 +125,28 @@ async fn derive_and_apply(obj: Arc<DynamicObject>, sctx: &SourceContext) -> Resu
                 publish(sctx, &obj, "ControlPlaneIngressExists", note).await;
                 return Ok(Action::await_change());
             }
+            if let Some(winner) =
+                described_elsewhere(sctx, &obj, &cpi, existing.as_deref().filter(|e| ours(e)))
+            {
+                // One ControlPlaneIngress per cluster: this source yields.
+                let note = format!(
+                    "cluster {} is described by {winner}: no ControlPlaneIngress is derived from this object",
+                    cpi.spec.cluster_name
+                );
+                if let Some(existing) = existing.as_deref().filter(|e| ours(e)) {
+                    tracing::info!(source = %sources::describe(&sctx.resource.kind, &obj.metadata), %winner, "another source describes the cluster: deleting the derived ControlPlaneIngress");
+                    delete_cpi(ctx, &namespace, existing).await?;
+                }
+                publish_as(
+                    sctx,
+                    &obj,
+                    EventType::Normal,
+                    "ClusterDescribedElsewhere",
+                    note,
+                )
+                .await;
+                return Ok(Action::await_change());
+            }
             let cluster = ctx.cluster_of(&cpi);
             if let Some(cluster) = &cluster
                 && let Some(uid) = cluster.uid()
@@ -141,6 +172,17 @@ async fn derive_and_apply(obj: Arc<DynamicObject>, sctx: &SourceContext) -> Resu
                 &ApiResource::erase::<ControlPlaneIngress>(&()),
             );
             apply::apply(ctx, &api, desired, current.as_ref()).await?;
+            // Derived ones of lower precedence for the same cluster go.
+            for other in ctx.cpis.state().iter().filter(|other| {
+                other.namespace() == cpi.namespace()
+                    && other.name_any() != cpi.name_any()
+                    && other.spec.cluster_name == cpi.spec.cluster_name
+                    && SourceKind::of_derived(other).is_some()
+                    && !sources::yields_to(sctx.kind, other, Some(&cpi))
+            }) {
+                tracing::info!(cluster = %cpi.spec.cluster_name, superseded = %other.name_any(), "a source of higher precedence describes the cluster: deleting the other derived ControlPlaneIngress");
+                delete_cpi(ctx, &namespace, other).await?;
+            }
             // Nothing here watches Clusters: one created after its source (k0rdent
             // creates it from the ClusterDeployment) would get its owner
             // reference only at the next resync. Look again soon instead.
@@ -153,15 +195,7 @@ async fn derive_and_apply(obj: Arc<DynamicObject>, sctx: &SourceContext) -> Resu
             // The object no longer asks for an ingress: remove only what we derived from it.
             if let Some(existing) = existing.filter(|e| ours(e)) {
                 tracing::info!(source = %sources::describe(&sctx.resource.kind, &obj.metadata), "ingress no longer requested: deleting the derived ControlPlaneIngress");
-                let api = Api::namespaced_with(
-                    ctx.client.clone(),
-                    &namespace,
-                    &ApiResource::erase::<ControlPlaneIngress>(&()),
-                );
-                let current: DynamicObject =
-                    serde_json::from_value(serde_json::to_value(&*existing).expect("serializes"))
-                        .expect("object");
-                apply::delete(ctx, &api, &current).await?;
+                delete_cpi(ctx, &namespace, &existing).await?;
             }
             Ok(Action::await_change())
         }
@@ -180,12 +214,79 @@ async fn derive_and_apply(obj: Arc<DynamicObject>, sctx: &SourceContext) -> Resu
     }
 }
 
+/// Another ControlPlaneIngress, or a source of higher precedence, that
+/// describes the same cluster as `cpi` (derived from `obj`): `Kind ns/name`.
+fn described_elsewhere(
+    sctx: &SourceContext,
+    obj: &DynamicObject,
+    cpi: &ControlPlaneIngress,
+    ours: Option<&ControlPlaneIngress>,
+) -> Option<String> {
+    let namespace = obj.namespace();
+    let cpis = sctx.ctx.cpis.state();
+    let other = cpis.iter().find(|other| {
+        other.namespace() == namespace
+            && other.name_any() != obj.name_any()
+            && other.spec.cluster_name == cpi.spec.cluster_name
+            && sources::yields_to(sctx.kind, other, ours)
+    });
+    if let Some(other) = other {
+        return Some(crate::render::describe(other));
+    }
+    // A ClusterDeployment is named after its cluster: k0rdent's own source
+    // is found before its ControlPlaneIngress exists.
+    let k0rdent = SourceKind::ClusterDeployment;
+    if k0rdent.precedence() < sctx.kind.precedence()
+        && let Some((store, resource)) = sctx.all.get(&k0rdent)
+    {
+        let key = ObjectRef::new_with(&cpi.spec.cluster_name, resource.clone())
+            .within(&namespace.clone().unwrap_or_default());
+        if let Some(deployment) = store.get(&key) {
+            let mut deployment = (*deployment).clone();
+            deployment.types = Some(TypeMeta {
+                api_version: resource.api_version.clone(),
+                kind: resource.kind.clone(),
+            });
+            if sources::derive(&deployment).is_ok() {
+                return Some(sources::describe(&resource.kind, &deployment.metadata));
+            }
+        }
+    }
+    None
+}
+
+async fn delete_cpi(
+    ctx: &Context,
+    namespace: &str,
+    existing: &ControlPlaneIngress,
+) -> Result<(), Error> {
+    let api = Api::namespaced_with(
+        ctx.client.clone(),
+        namespace,
+        &ApiResource::erase::<ControlPlaneIngress>(&()),
+    );
+    let current: DynamicObject =
+        serde_json::from_value(serde_json::to_value(existing).expect("serializes"))
+            .expect("object");
+    apply::delete(ctx, &api, &current).await
+}
+
 async fn publish(sctx: &SourceContext, obj: &DynamicObject, reason: &str, note: String) {
+    publish_as(sctx, obj, EventType::Warning, reason, note).await;
+}
+
+async fn publish_as(
+    sctx: &SourceContext,
+    obj: &DynamicObject,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
     if sctx.ctx.leader.is_leader() {
         sctx.ctx
             .publish(
                 obj.object_ref(&sctx.resource),
-                EventType::Warning,
+                type_,
                 reason,
                 "Derive",
                 note,

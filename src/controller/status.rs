@@ -26,6 +26,8 @@ pub mod types {
     pub const ENDPOINTS_STEERED: &str = "EndpointsSteered";
     /// The cloud-controller-manager dials the ingress by name.
     pub const CCM_CONFIGURED: &str = "CCMConfigured";
+    /// The control plane's own spec (the source object) has what the path needs.
+    pub const PREFLIGHT: &str = "Preflight";
     /// Conditions the workload side owns.
     pub const ALL_WORKLOAD: [&str; 4] = [
         WORKLOAD_REACHABLE,

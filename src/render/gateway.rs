@@ -13,11 +13,10 @@ pub(super) fn render(cpi: &ControlPlaneIngress) -> Vec<DynamicObject> {
         .as_ref()
         .and_then(|r| r.gateway.as_ref())
         .map(|g| &g.parent_refs);
-    let name = cpi.metadata.name.as_deref().unwrap_or_default();
     host_routes(cpi)
         .into_iter()
         .map(|route| {
-            let mut metadata = owned_meta(cpi, format!("{name}-{}", route.purpose));
+            let mut metadata = owned_meta(cpi, format!("{}-{}", super::route_name(cpi), route.purpose));
             metadata.annotations = (!spec.ingress.annotations.is_empty()).then(|| spec.ingress.annotations.clone());
             foreign(
                 &RouteKind::TlsRoute.gvk(),

@@ -25,7 +25,7 @@ pub fn passthrough_annotations(flavor: Flavor) -> &'static [(&'static str, &'sta
 
 pub(super) fn render(cpi: &ControlPlaneIngress) -> Ingress {
     let spec = &cpi.spec;
-    let mut metadata = owned_meta(cpi, cpi.metadata.name.clone().unwrap_or_default());
+    let mut metadata = owned_meta(cpi, super::route_name(cpi));
     metadata.annotations = Some(merged_annotations(
         passthrough_annotations(spec.flavor()),
         &spec.ingress.annotations,

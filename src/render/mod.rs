@@ -2,6 +2,7 @@
 //! hcp-ingress owns out. No I/O here; the controller applies what these return
 //! and `hcp-ingress render` prints it.
 
+pub mod conflict;
 pub mod crs;
 mod gateway;
 mod ingress;
@@ -96,13 +97,15 @@ pub fn describe(cpi: &ControlPlaneIngress) -> String {
 }
 
 /// Every management-cluster object of a ControlPlaneIngress: its route, in
-/// the kind its flavor asks for; nothing when `ingress.deploy` is false.
+/// the kind its flavor asks for, for the hosts the control plane's provider
+/// does not route itself (`spec.upstream.route`); nothing when
+/// `ingress.deploy` is false.
 pub fn management(cpi: &ControlPlaneIngress) -> Result<Vec<DynamicObject>, RenderError> {
     validation::validate(cpi).map_err(|errors| RenderError::Invalid {
         object: describe(cpi),
         errors,
     })?;
-    if !cpi.spec.ingress.deploy {
+    if !cpi.spec.ingress.deploy || host_routes(cpi).is_empty() {
         return Ok(Vec::new());
     }
     match RouteKind::of(cpi.spec.flavor()) {
@@ -158,18 +161,43 @@ fn dynamic<K: Resource<DynamicType = ()> + Serialize>(
     serde_json::from_value(value).map_err(|source| RenderError::Serialize { kind, source })
 }
 
-/// The route objects' names: the ControlPlaneIngress's name, suffixed per host for one-host kinds.
+/// The route object the control plane's provider creates itself, if it does.
+pub fn upstream_route(cpi: &ControlPlaneIngress) -> Option<&crate::api::UpstreamObject> {
+    cpi.spec.upstream.as_ref()?.route.as_ref()
+}
+
+/// Name of the Ingress or IngressRouteTCP of a ControlPlaneIngress (TLSRoutes
+/// add `-api` / `-konnectivity`): never a name an upstream gives its own
+/// route for the tenant (Kamaji and Steward: `<name>`, `<name>-konnectivity`;
+/// k0smotron: `kmc-<cluster>`).
+pub fn route_name(cpi: &ControlPlaneIngress) -> String {
+    format!(
+        "{ROUTE_PREFIX}{}",
+        cpi.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// Prefix of [`route_name`].
+pub const ROUTE_PREFIX: &str = "hcp-ingress-";
+
+/// The hosts hcp-ingress routes for a ControlPlaneIngress and their backend
+/// ports: every host, less those the control plane's provider routes itself.
 pub(crate) fn host_routes(cpi: &ControlPlaneIngress) -> Vec<HostRoute<'_>> {
     let spec = &cpi.spec;
-    let mut routes = vec![HostRoute {
-        purpose: "api",
-        host: &spec.ingress.api_host,
-        port: spec.backend.api_port,
-    }];
+    let upstream = spec.upstream.as_ref().filter(|u| u.route.is_some());
+    let mut routes = Vec::new();
+    if upstream.is_none() {
+        routes.push(HostRoute {
+            purpose: "api",
+            host: &spec.ingress.api_host,
+            port: spec.backend.api_port,
+        });
+    }
     if let (Some(host), Some(port)) = (
         &spec.ingress.konnectivity_host,
         spec.backend.konnectivity_port,
-    ) {
+    ) && !upstream.is_some_and(|u| u.route_includes_konnectivity)
+    {
         routes.push(HostRoute {
             purpose: "konnectivity",
             host,

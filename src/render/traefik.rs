@@ -31,7 +31,7 @@ pub(super) fn render(cpi: &ControlPlaneIngress) -> DynamicObject {
             })
         })
         .collect();
-    let mut metadata = owned_meta(cpi, cpi.metadata.name.clone().unwrap_or_default());
+    let mut metadata = owned_meta(cpi, super::route_name(cpi));
     let class = spec
         .ingress
         .class_name

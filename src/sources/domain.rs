@@ -1,12 +1,17 @@
-//! The Kamaji-style domain annotation on a CAPI `Cluster` or a Kamaji /
-//! Steward `TenantControlPlane`: hosts `NS-N.k8s.<domain>` and
-//! `NS-N.konnectivity.<domain>`.
+//! The domain annotation: on a CAPI `Cluster` (ours, `hcp-ingress.dev/domain`)
+//! it asks for hosts `NS-N.k8s.<domain>` and `NS-N.konnectivity.<domain>`, the
+//! scheme of Kamaji's ingress addon. Also the pieces the TenantControlPlane
+//! adapters share: the annotations that pick a route, the standalone
+//! kubeconfig.
+
+use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::{Source, SourceError, SourceKind};
+use super::{Source, SourceError};
 use crate::api::{
     BackendSpec, ControlPlaneIngressSpec, DEFAULT_INGRESS_PORT, Flavor, IngressSpec, RouteSpec,
+    SecretKeyRef,
     validation::{FieldError, FieldErrors, check_dns1123_subdomain},
 };
 
@@ -18,29 +23,135 @@ pub const CLASS_ANNOTATION: &str = "hcp-ingress.dev/class-name";
 pub const CONTROLLER_ANNOTATION: &str = "hcp-ingress.dev/controller";
 pub(super) const DOMAIN_FIELD: &str = "metadata.annotations[hcp-ingress.dev/domain]";
 
-/// Kamaji's and Steward's default API server and konnectivity ports.
+/// Kamaji's default API server and konnectivity ports (its CAPI provider's too).
 const API_PORT: i64 = 6443;
 const KONNECTIVITY_PORT: i32 = 8132;
+/// The default of a TenantControlPlane's `spec.addons.konnectivity.server.port`.
+const TCP_KONNECTIVITY_PORT: i64 = KONNECTIVITY_PORT as i64;
 
 #[derive(Deserialize)]
 struct ControlPlaneRef {
     name: String,
 }
 
+/// A CAPI `Cluster` with [`DOMAIN_ANNOTATION`]: the Kamaji addon's host
+/// scheme, the Service Kamaji's CAPI provider creates for its control plane.
 pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, SourceError> {
-    let annotations = source.obj.metadata.annotations.clone().unwrap_or_default();
-    let domain = annotations.get(DOMAIN_ANNOTATION).ok_or_else(|| {
-        source.not_requested(DOMAIN_FIELD, "missing: the object asks for no ingress")
-    })?;
-    let invalid = |field: &str, message: String| SourceError::Invalid {
-        object: source.object.clone(),
-        errors: FieldErrors(vec![FieldError {
-            field: field.into(),
-            message,
-        }]),
+    // Kamaji's CAPI provider names the TenantControlPlane (and its Service) after the control plane object.
+    let cp: Option<ControlPlaneRef> = source.read("/spec/controlPlaneRef")?;
+    let backend = BackendSpec {
+        service_name: cp.map_or_else(|| source.name().to_string(), |r| r.name),
+        api_port: API_PORT as i32,
+        konnectivity_port: Some(KONNECTIVITY_PORT),
     };
-    check_dns1123_subdomain(domain)
-        .map_err(|why| invalid(DOMAIN_FIELD, format!("domain {why}")))?;
+    annotated(source, &[DOMAIN_ANNOTATION], None, backend)
+}
+
+/// A TenantControlPlane opted in with a domain annotation under one of
+/// `keys`: its own Service, `spec.networkProfile.port`, and the konnectivity
+/// host only with the konnectivity addon. Standalone ones are reached through
+/// the admin kubeconfig.
+pub(super) fn tenant(
+    source: &Source<'_>,
+    keys: &[&str],
+    default_class: Option<&str>,
+) -> Result<ControlPlaneIngressSpec, SourceError> {
+    let backend = tenant_backend(source)?;
+    Ok(ControlPlaneIngressSpec {
+        kubeconfig_secret: standalone_kubeconfig(source),
+        ..annotated(source, keys, default_class, backend)?
+    })
+}
+
+/// A TenantControlPlane's Service (its own name), `spec.networkProfile.port`
+/// and, with the konnectivity addon, the konnectivity server's port.
+pub(super) fn tenant_backend(source: &Source<'_>) -> Result<BackendSpec, SourceError> {
+    let api_port: Option<i64> = source.read("/spec/networkProfile/port")?;
+    Ok(BackendSpec {
+        service_name: source.name().to_string(),
+        api_port: source.port(api_port, API_PORT, "spec.networkProfile.port")?,
+        konnectivity_port: konnectivity_port(source)?,
+    })
+}
+
+/// Hosts `<ns>-<name>.k8s.<domain>` and, when the backend has a konnectivity
+/// port, `<ns>-<name>.konnectivity.<domain>`, from the domain annotation
+/// under the first of `keys` the object carries; the route from our class and
+/// controller annotations.
+fn annotated(
+    source: &Source<'_>,
+    keys: &[&str],
+    default_class: Option<&str>,
+    backend: BackendSpec,
+) -> Result<ControlPlaneIngressSpec, SourceError> {
+    let annotations = source.obj.metadata.annotations.clone().unwrap_or_default();
+    let domain = requested_domain(source, &annotations, keys)?;
+    let (controller, class_name) = route_choice(source, &annotations)?;
+    let prefix = format!("{}-{}", source.namespace(), source.name());
+    let ingress = IngressSpec {
+        api_host: format!("{prefix}.k8s.{domain}"),
+        konnectivity_host: backend
+            .konnectivity_port
+            .map(|_| format!("{prefix}.konnectivity.{domain}")),
+        class_name: class_name.or_else(|| default_class.map(str::to_string)),
+        port: DEFAULT_INGRESS_PORT,
+        annotations: Default::default(),
+        deploy: true,
+    };
+    Ok(assemble(source, ingress, controller, backend))
+}
+
+/// A derived spec of `ingress`, `controller` and `backend`, with the
+/// defaults for the rest.
+pub(super) fn assemble(
+    source: &Source<'_>,
+    ingress: IngressSpec,
+    controller: Option<Flavor>,
+    backend: BackendSpec,
+) -> ControlPlaneIngressSpec {
+    ControlPlaneIngressSpec {
+        cluster_name: source.cluster_name(),
+        ingress,
+        route: controller.map(|c| RouteSpec {
+            controller: Some(c),
+            ..RouteSpec::default()
+        }),
+        backend,
+        proxy: None,
+        ccm: None,
+        kubeconfig_secret: None,
+        upstream: None,
+    }
+}
+
+/// The domain suffix of the first of `keys` the object carries, checked.
+pub(super) fn requested_domain(
+    source: &Source<'_>,
+    annotations: &BTreeMap<String, String>,
+    keys: &[&str],
+) -> Result<String, SourceError> {
+    let (key, domain) = keys
+        .iter()
+        .find_map(|key| annotations.get(*key).map(|d| (*key, d)))
+        .ok_or_else(|| {
+            let field = format!("metadata.annotations[{}]", keys.join(" or "));
+            source.not_requested(&field, "missing: the object asks for no ingress")
+        })?;
+    check_dns1123_subdomain(domain).map_err(|why| {
+        invalid(
+            source,
+            &format!("metadata.annotations[{key}]"),
+            format!("domain {why}"),
+        )
+    })?;
+    Ok(domain.clone())
+}
+
+/// The flavor and ingress class an annotated object asks for.
+pub(super) fn route_choice(
+    source: &Source<'_>,
+    annotations: &BTreeMap<String, String>,
+) -> Result<(Option<Flavor>, Option<String>), SourceError> {
     let controller = annotations
         .get(CONTROLLER_ANNOTATION)
         .map(|value| {
@@ -49,52 +160,68 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
                 .find(|f| f.as_str() == value)
                 .ok_or_else(|| {
                     invalid(
+                        source,
                         &format!("metadata.annotations[{CONTROLLER_ANNOTATION}]"),
                         format!("unknown controller {value:?}: use one of {}", flavor_list()),
                     )
                 })
         })
         .transpose()?;
+    Ok((controller, annotations.get(CLASS_ANNOTATION).cloned()))
+}
 
-    let prefix = format!("{}-{}", source.namespace(), source.name());
-    let (service_name, api_port) = match source.kind {
-        SourceKind::CapiCluster => {
-            // Kamaji's CAPI provider names the TenantControlPlane (and its Service) after the control plane object.
-            let cp: Option<ControlPlaneRef> = source.read("/spec/controlPlaneRef")?;
-            (
-                cp.map_or_else(|| source.name().to_string(), |r| r.name),
-                API_PORT,
-            )
-        }
-        _ => (
-            source.name().to_string(),
-            source
-                .read("/spec/networkProfile/port")?
-                .unwrap_or(API_PORT),
-        ),
-    };
-    Ok(ControlPlaneIngressSpec {
-        cluster_name: source.cluster_name(),
-        ingress: IngressSpec {
-            api_host: format!("{prefix}.k8s.{domain}"),
-            konnectivity_host: Some(format!("{prefix}.konnectivity.{domain}")),
-            class_name: annotations.get(CLASS_ANNOTATION).cloned(),
-            port: DEFAULT_INGRESS_PORT,
-            annotations: Default::default(),
-            deploy: true,
-        },
-        route: controller.map(|c| RouteSpec {
-            controller: Some(c),
-            ..RouteSpec::default()
-        }),
-        backend: BackendSpec {
-            service_name,
-            api_port: source.port(Some(api_port), API_PORT, "spec.networkProfile.port")?,
-            konnectivity_port: Some(KONNECTIVITY_PORT),
-        },
-        proxy: None,
-        ccm: None,
+/// A TenantControlPlane that no CAPI control plane controls is standalone:
+/// no `<cluster>-kubeconfig` exists, and Kamaji and Steward write the admin
+/// kubeconfig as `<name>-admin-kubeconfig`, key `admin.conf`.
+pub(super) fn standalone_kubeconfig(source: &Source<'_>) -> Option<SecretKeyRef> {
+    let meta = &source.obj.metadata;
+    let controlled = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true));
+    let labelled = meta
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(crate::api::CLUSTER_NAME_LABEL));
+    (!controlled && !labelled).then(|| SecretKeyRef {
+        name: format!("{}-admin-kubeconfig", source.name()),
+        key: "admin.conf".into(),
     })
+}
+
+/// The konnectivity server's port when the TenantControlPlane's konnectivity
+/// addon is on (`spec.addons.konnectivity` present); `None` when it is off.
+pub(super) fn konnectivity_port(source: &Source<'_>) -> Result<Option<i32>, SourceError> {
+    #[derive(Deserialize)]
+    struct Konnectivity {
+        server: Option<Server>,
+    }
+    #[derive(Deserialize)]
+    struct Server {
+        port: Option<i64>,
+    }
+    let konnectivity: Option<Konnectivity> = source.read("/spec/addons/konnectivity")?;
+    konnectivity
+        .map(|k| {
+            source.port(
+                k.server.and_then(|s| s.port),
+                TCP_KONNECTIVITY_PORT,
+                "spec.addons.konnectivity.server.port",
+            )
+        })
+        .transpose()
+}
+
+/// One invalid field of `source`.
+pub(super) fn invalid(source: &Source<'_>, field: &str, message: String) -> SourceError {
+    SourceError::Invalid {
+        object: source.object.clone(),
+        errors: FieldErrors(vec![FieldError {
+            field: field.into(),
+            message,
+        }]),
+    }
 }
 
 fn flavor_list() -> String {

@@ -9,6 +9,11 @@ use super::{
 };
 use crate::api::ControlPlaneIngressSpec;
 
+/// The hosted-cp templates' `ingress.className` default.
+const TEMPLATE_CLASS: &str = "haproxy";
+/// The hosted-cp templates' `ingress.annotations` default.
+const TEMPLATE_ANNOTATIONS: &[(&str, &str)] = &[("haproxy.org/ssl-passthrough", "true")];
+
 /// `.spec.config.ingress` of the hosted-cp templates.
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
@@ -39,13 +44,16 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
             "enabled, but apiHost and konnectivityHost are not both set: the hosted-cp templates create no ingress then",
         ));
     }
-    // The templates name the K0smotronControlPlane `<name>-cp` and default to a LoadBalancer.
+    // The templates make CAPI Cluster `<name>` with K0smotronControlPlane
+    // `<name>-cp`, which names its k0smotron Cluster (and so the Service and
+    // Ingress) after the CAPI Cluster; the Service defaults to a LoadBalancer.
     let service: UpstreamService = source
         .read("/spec/config/k0smotron/service")?
         .unwrap_or_default();
+    let control_plane = source.name().to_string();
     let backend = k0smotron::backend(
         source,
-        &format!("{}-cp", source.name()),
+        &control_plane,
         &service,
         Defaults {
             service_type: "LoadBalancer",
@@ -54,12 +62,26 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
         },
         "spec.config.k0smotron.service",
     )?;
+    let mut ingress = block.ingress;
+    // The hosted-cp templates' defaults: HAProxy with SSL passthrough.
+    if ingress.class_name.as_deref().is_none_or(str::is_empty) {
+        ingress.class_name = Some(TEMPLATE_CLASS.into());
+    }
+    if ingress.annotations.is_empty() {
+        ingress.annotations = TEMPLATE_ANNOTATIONS
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+    }
+    let upstream = k0smotron::upstream(source, &control_plane, &ingress);
     Ok(ControlPlaneIngressSpec {
         cluster_name: source.name().to_string(),
-        ingress: k0smotron::ingress_spec(source, block.ingress, "spec.config.ingress")?,
+        ingress: k0smotron::ingress_spec(source, ingress, "spec.config.ingress")?,
         route: None,
         backend,
         proxy: None,
         ccm: None,
+        kubeconfig_secret: None,
+        upstream: Some(upstream),
     })
 }

@@ -1,5 +1,14 @@
 //! K0smotronControlPlane and k0smotron `Cluster`: `.spec.ingress`, backend
 //! Service named the way k0smotron names it.
+//!
+//! Since v1.10 k0smotron does two parts of the path itself whenever
+//! `spec.ingress` is set: it creates the Ingress `kmc-<name>` (unless `deploy`
+//! is false) and ships, through the k0s manifest deployer, the
+//! `default/k0smotron-haproxy` DaemonSet with a selector-based `kubernetes`
+//! Service into the workload cluster. hcp-ingress never owns those a second
+//! time: the derived ControlPlaneIngress names them in `spec.upstream`, and
+//! hcp-ingress adds the rest (the route when k0smotron was told `deploy:
+//! false`, the CCM override, probes, status).
 
 use std::collections::BTreeMap;
 
@@ -7,11 +16,15 @@ use md5::{Digest, Md5};
 use serde::Deserialize;
 
 use super::{Source, SourceError};
-use crate::api::{BackendSpec, ControlPlaneIngressSpec, IngressSpec};
+use crate::api::{BackendSpec, ControlPlaneIngressSpec, IngressSpec, UpstreamObject, UpstreamSpec};
 
 /// k0smotron's default service ports.
 const API_PORT: i64 = 30443;
 const KONNECTIVITY_PORT: i64 = 30132;
+/// The node proxy k0smotron ships into the workload cluster.
+pub const HAPROXY_NAMESPACE: &str = "default";
+/// Name of k0smotron's node proxy DaemonSet.
+pub const HAPROXY_NAME: &str = "k0smotron-haproxy";
 
 /// `.spec.ingress` of K0smotronControlPlane / k0smotron Cluster (v1beta1 and v1beta2).
 #[derive(Deserialize, Default)]
@@ -41,10 +54,37 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
     let ingress: UpstreamIngress = source.read("/spec/ingress")?.ok_or_else(|| {
         source.not_requested("spec.ingress", "missing: the object asks for no ingress")
     })?;
+    // A K0smotronControlPlane makes a k0smotron Cluster with its own spec and
+    // an owner reference to itself: the control plane object describes it.
+    if let Some(kcp) = source
+        .obj
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| {
+            o.kind == "K0smotronControlPlane"
+                && o.api_version.starts_with("controlplane.cluster.x-k8s.io/")
+        })
+    {
+        return Err(source.not_requested(
+            "metadata.ownerReferences",
+            &format!(
+                "made by K0smotronControlPlane {}, which describes the cluster",
+                kcp.name
+            ),
+        ));
+    }
     let service: UpstreamService = source.read("/spec/service")?.unwrap_or_default();
+    // A K0smotronControlPlane makes a k0smotron `Cluster` named after its CAPI
+    // Cluster, and that name is in every object k0smotron creates.
+    let kmc = match source.kind {
+        super::SourceKind::K0smotronControlPlane => source.cluster_name(),
+        _ => source.name().to_string(),
+    };
     let backend = backend(
         source,
-        source.name(),
+        &kmc,
         &service,
         Defaults {
             service_type: "ClusterIP",
@@ -53,6 +93,7 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
         },
         "spec.service",
     )?;
+    let upstream = upstream(source, &kmc, &ingress);
     Ok(ControlPlaneIngressSpec {
         cluster_name: source.cluster_name(),
         ingress: ingress_spec(source, ingress, "spec.ingress")?,
@@ -60,7 +101,28 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
         backend,
         proxy: None,
         ccm: None,
+        kubeconfig_secret: None,
+        upstream: Some(upstream),
     })
+}
+
+/// What k0smotron does itself for the k0smotron `Cluster` `name`: its
+/// Ingress carries both hosts.
+pub(super) fn upstream(source: &Source<'_>, name: &str, ingress: &UpstreamIngress) -> UpstreamSpec {
+    UpstreamSpec {
+        provider: "k0smotron".into(),
+        route: ingress.deploy.unwrap_or(true).then(|| UpstreamObject {
+            kind: "Ingress".into(),
+            name: shorten(format!("kmc-{name}")),
+            namespace: Some(source.namespace().to_string()),
+        }),
+        route_includes_konnectivity: true,
+        node_proxy: Some(UpstreamObject {
+            kind: "DaemonSet".into(),
+            name: HAPROXY_NAME.into(),
+            namespace: Some(HAPROXY_NAMESPACE.into()),
+        }),
+    }
 }
 
 /// The k0smotron ingress block as ours: same field names by design.
@@ -79,7 +141,9 @@ pub(super) fn ingress_spec(
             &format!("{field}.port"),
         )?,
         annotations: ingress.annotations,
-        deploy: ingress.deploy.unwrap_or(true),
+        // `deploy` tells k0smotron whether IT creates the Ingress; either way
+        // the host needs a route, and `spec.upstream.route` says whose it is.
+        deploy: true,
     })
 }
 

@@ -5,6 +5,9 @@
 mod domain;
 mod k0rdent;
 mod k0smotron;
+mod kamaji;
+pub mod preflight;
+mod steward;
 
 use std::collections::BTreeMap;
 
@@ -19,6 +22,8 @@ use crate::api::{
 };
 
 pub use domain::DOMAIN_ANNOTATION;
+pub use k0smotron::{HAPROXY_NAME, HAPROXY_NAMESPACE};
+pub use kamaji::KAMAJI_DOMAIN_ANNOTATION;
 
 /// The kinds a ControlPlaneIngress can be derived from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -31,9 +36,9 @@ pub enum SourceKind {
     ClusterDeployment,
     /// `cluster.x-k8s.io` Cluster with the domain annotation.
     CapiCluster,
-    /// `kamaji.clastix.io` TenantControlPlane with the domain annotation.
+    /// `kamaji.clastix.io` TenantControlPlane with `kamaji.clastix.io/ingress.domain`.
     KamajiTenantControlPlane,
-    /// `steward.butlerlabs.dev` TenantControlPlane with the domain annotation.
+    /// `steward.butlerlabs.dev` TenantControlPlane, `.spec.controlPlane.ingress`.
     StewardTenantControlPlane,
 }
 
@@ -76,6 +81,42 @@ impl SourceKind {
         }
     }
 
+    /// Which source describes a cluster when several do (lower wins): a k0rdent
+    /// ClusterDeployment renders the K0smotronControlPlane `<name>-cp` whose
+    /// `spec.ingress` says the same again, and a control plane object says
+    /// more than a domain annotation on its Cluster.
+    pub fn precedence(self) -> u8 {
+        match self {
+            SourceKind::ClusterDeployment => 0,
+            SourceKind::K0smotronControlPlane => 1,
+            SourceKind::K0smotronCluster
+            | SourceKind::KamajiTenantControlPlane
+            | SourceKind::StewardTenantControlPlane => 2,
+            SourceKind::CapiCluster => 3,
+        }
+    }
+
+    /// The source kind a derived ControlPlaneIngress came from (its
+    /// controller reference), `None` for one a user wrote.
+    pub fn of_derived(cpi: &ControlPlaneIngress) -> Option<SourceKind> {
+        if cpi
+            .metadata
+            .labels
+            .as_ref()?
+            .get(MANAGED_BY_LABEL)
+            .map(String::as_str)
+            != Some(MANAGER)
+        {
+            return None;
+        }
+        cpi.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .filter(|o| o.controller == Some(true))
+            .find_map(|o| SourceKind::of(&o.api_version, &o.kind))
+    }
+
     /// The source kind of an object, from its `apiVersion` and `kind`.
     pub fn of(api_version: &str, kind: &str) -> Option<SourceKind> {
         let group = api_version.rsplit_once('/').map_or("", |(group, _)| group);
@@ -106,7 +147,32 @@ impl SourceKind {
                     "spec.config.k0smotron.service.konnectivityPort",
                 ),
             ],
-            _ => &[
+            SourceKind::KamajiTenantControlPlane => &[
+                ("spec.ingress.apiHost", kamaji::DOMAIN_FIELD),
+                ("spec.ingress.konnectivityHost", kamaji::DOMAIN_FIELD),
+                ("spec.backend.apiPort", "spec.networkProfile.port"),
+                (
+                    "spec.backend.konnectivityPort",
+                    "spec.addons.konnectivity.server.port",
+                ),
+            ],
+            SourceKind::StewardTenantControlPlane => &[
+                ("spec.ingress.apiHost", "spec.controlPlane.ingress.hostname"),
+                (
+                    "spec.ingress.konnectivityHost",
+                    "spec.controlPlane.ingress.hostname",
+                ),
+                (
+                    "spec.ingress.className",
+                    "spec.controlPlane.ingress.ingressClassName",
+                ),
+                ("spec.backend.apiPort", "spec.networkProfile.port"),
+                (
+                    "spec.backend.konnectivityPort",
+                    "spec.addons.konnectivity.server.port",
+                ),
+            ],
+            SourceKind::CapiCluster => &[
                 ("spec.ingress.apiHost", domain::DOMAIN_FIELD),
                 ("spec.ingress.konnectivityHost", domain::DOMAIN_FIELD),
                 ("spec.backend.apiPort", "spec.networkProfile.port"),
@@ -187,9 +253,9 @@ pub fn derive(obj: &DynamicObject) -> Result<ControlPlaneIngress, SourceError> {
             k0smotron::spec(&source)?
         }
         SourceKind::ClusterDeployment => k0rdent::spec(&source)?,
-        SourceKind::CapiCluster
-        | SourceKind::KamajiTenantControlPlane
-        | SourceKind::StewardTenantControlPlane => domain::spec(&source)?,
+        SourceKind::CapiCluster => domain::spec(&source)?,
+        SourceKind::KamajiTenantControlPlane => kamaji::spec(&source)?,
+        SourceKind::StewardTenantControlPlane => steward::spec(&source)?,
     };
     let cpi = ControlPlaneIngress {
         metadata: source.cpi_metadata(&spec),
@@ -312,4 +378,49 @@ impl Source<'_> {
                 }]),
             })
     }
+}
+
+/// Whether `other`, another ControlPlaneIngress for the same cluster, keeps
+/// the cluster from the one derived from a `kind` source (`ours`, if it
+/// exists yet): one a user wrote always does, a derived one when its source
+/// has precedence, and between equals the older one.
+pub fn yields_to(
+    kind: SourceKind,
+    other: &ControlPlaneIngress,
+    ours: Option<&ControlPlaneIngress>,
+) -> bool {
+    let Some(theirs) = SourceKind::of_derived(other) else {
+        return true;
+    };
+    match theirs.precedence().cmp(&kind.precedence()) {
+        std::cmp::Ordering::Less => true,
+        std::cmp::Ordering::Greater => false,
+        std::cmp::Ordering::Equal => ours.is_none_or(|ours| {
+            let age = |c: &ControlPlaneIngress| {
+                (
+                    c.metadata.creation_timestamp.clone(),
+                    c.metadata.name.clone(),
+                )
+            };
+            age(other) < age(ours)
+        }),
+    }
+}
+#[cfg(test)]
+mod tests;
+
+/// The ControlPlaneIngress among `all` that keeps the cluster from `cpi`, a
+/// derived one: it then goes (one per cluster). `None` for one a user wrote.
+pub fn superseded_by<'a>(
+    cpi: &ControlPlaneIngress,
+    all: impl IntoIterator<Item = &'a ControlPlaneIngress>,
+) -> Option<&'a ControlPlaneIngress> {
+    let kind = SourceKind::of_derived(cpi)?;
+    all.into_iter().find(|other| {
+        other.metadata.namespace == cpi.metadata.namespace
+            && other.metadata.name != cpi.metadata.name
+            && other.metadata.deletion_timestamp.is_none()
+            && other.spec.cluster_name == cpi.spec.cluster_name
+            && yields_to(kind, other, Some(cpi))
+    })
 }

@@ -67,6 +67,16 @@ enum Origin {
     },
 }
 
+impl Origin {
+    /// k0smotron makes the route and the node proxy of these itself.
+    fn k0smotron(self) -> bool {
+        matches!(
+            self,
+            Origin::K0smotronControlPlane | Origin::ClusterDeployment
+        )
+    }
+}
+
 /// One of the 100 clusters.
 struct Case {
     cluster: String,
@@ -189,6 +199,20 @@ impl Case {
             ));
         }
         out.extend(source);
+        // k0smotron makes the route of these itself: Ingress `kmc-<cluster>`.
+        if let Some(class) = match self.origin {
+            Origin::K0smotronControlPlane => Some("haproxy"),
+            Origin::ClusterDeployment => Some("haproxy-ingress"),
+            _ => None,
+        } {
+            let rule = |host: String| {
+                json!({"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                "backend": {"service": {"name": format!("kmc-{name}"), "port": {"number": 443}}}}]}})
+            };
+            out.push(json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                "metadata": {"name": format!("kmc-{name}"), "namespace": NS},
+                "spec": {"ingressClassName": class, "rules": [rule(format!("api.{name}.example.com")), rule(format!("konn.{name}.example.com"))]}}));
+        }
         out
     }
 }
@@ -295,10 +319,13 @@ async fn workload_cluster(index: usize) -> TestApi {
 }
 
 /// Stand-in for the DaemonSet controller and kubelets of one workload cluster.
-fn kubelet(client: Client) -> tokio::task::JoinHandle<()> {
+fn kubelet(
+    client: Client,
+    namespace: &'static str,
+    name: &'static str,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        memkube::stand_in::daemon_set_ready_on_one_node(client, "kube-system", "hcp-ingress-proxy")
-            .await
+        memkube::stand_in::daemon_set_ready_on_one_node(client, namespace, name).await
     })
 }
 
@@ -447,6 +474,23 @@ async fn converges_after_random_faults_and_a_restart_with_nothing_lost_or_duplic
     for j in 0..count {
         workloads.push(workload_cluster(j).await);
     }
+    // k0smotron ships its own node proxy into its clusters (k0s manifest deployer).
+    for case in &cases {
+        if let (Some(j), true) = (case.workload, case.origin.k0smotron()) {
+            let haproxy = json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+                "metadata": {"name": "k0smotron-haproxy", "namespace": "default"},
+                "spec": {"selector": {"matchLabels": {"app": "k0smotron-haproxy"}}, "template": {"metadata": {"labels": {"app": "k0smotron-haproxy"}},
+                    "spec": {"containers": [{"name": "haproxy", "image": "haproxy:2.8"}]}}}});
+            Api::<DaemonSet>::namespaced(workloads[j].client(), "default")
+                .patch(
+                    "k0smotron-haproxy",
+                    &PatchParams::apply("k0s"),
+                    &Patch::Apply(&haproxy),
+                )
+                .await
+                .unwrap();
+        }
+    }
     let servers = || std::iter::once(m.api.mem()).chain(workloads.iter());
     let faults = |share: f64, lost: f64, seed: u64| RandomFaults {
         seed,
@@ -470,7 +514,15 @@ async fn converges_after_random_faults_and_a_restart_with_nothing_lost_or_duplic
     let (early, rest) = cases.split_at(CLUSTERS / 2);
     let (during_a, during_b) = rest.split_at(CLUSTERS / 4);
     create_all(&m.client, early, &workloads).await;
-    let kubelets: Vec<_> = workloads.iter().map(|w| kubelet(w.client())).collect();
+    let kubelets: Vec<_> = workloads
+        .iter()
+        .flat_map(|w| {
+            [
+                kubelet(w.client(), "kube-system", "hcp-ingress-proxy"),
+                kubelet(w.client(), "default", "k0smotron-haproxy"),
+            ]
+        })
+        .collect();
     let stop_drops = Arc::new(AtomicBool::new(false));
     // Watch streams end every 1.5 s: the caches resume (or relist) under faults.
     let dropper = {
@@ -738,6 +790,14 @@ async fn check_objects(m: &Management, cases: &[Case], workloads: &[TestApi]) {
             "{what}: the Cluster owner reference has the live uid"
         );
 
+        // k0smotron's own route, left as it is.
+        if case.origin.k0smotron() {
+            let slot = wanted_routes
+                .iter_mut()
+                .find(|(k, _)| *k == RouteKind::Ingress)
+                .unwrap();
+            slot.1.insert(format!("kmc-{}", case.cluster));
+        }
         // Its routes, owned by it and labelled with its cluster.
         let kind = RouteKind::of(cpi.spec.flavor());
         for object in render::management(cpi).unwrap() {
@@ -762,7 +822,11 @@ async fn check_objects(m: &Management, cases: &[Case], workloads: &[TestApi]) {
         }
 
         if let Some(j) = case.workload {
-            check_workload(&workloads[j], cpi, &what).await;
+            if case.origin.k0smotron() {
+                check_complemented(&workloads[j], cpi, &what).await;
+            } else {
+                check_workload(&workloads[j], cpi, &what).await;
+            }
         }
     }
     // No route of any kind beyond the wanted ones (no duplicate, no leftover).
@@ -786,6 +850,66 @@ async fn check_objects(m: &Management, cases: &[Case], workloads: &[TestApi]) {
         })
         .collect();
     assert_eq!(secrets, expected, "Secrets in {NS}");
+}
+
+/// The CCM of a workload cluster points at `host`.
+async fn check_ccm(client: Client, host: &str, what: &str) {
+    let ccm = Api::<Deployment>::namespaced(client, "kube-system")
+        .get("cloud-controller-manager")
+        .await
+        .unwrap();
+    let env = &ccm.spec.unwrap().template.spec.unwrap().containers[0].env;
+    assert!(
+        env.iter()
+            .flatten()
+            .any(|e| e.name == "KUBERNETES_SERVICE_HOST" && e.value.as_deref() == Some(host)),
+        "{what}: the CCM points at {host}: {env:?}"
+    );
+}
+
+/// A cluster whose node proxy k0smotron ships: nothing of ours but the CCM env.
+async fn check_complemented(server: &TestApi, cpi: &ControlPlaneIngress, what: &str) {
+    let client = server.client();
+    let host = &cpi.spec.ingress.api_host;
+    for (namespace, resource, expected) in [
+        (
+            "kube-system",
+            ApiResource::erase::<ConfigMap>(&()),
+            BTreeSet::new(),
+        ),
+        (
+            "kube-system",
+            ApiResource::erase::<Secret>(&()),
+            BTreeSet::new(),
+        ),
+        (
+            "kube-system",
+            ApiResource::erase::<DaemonSet>(&()),
+            BTreeSet::new(),
+        ),
+        (
+            "default",
+            ApiResource::erase::<DaemonSet>(&()),
+            BTreeSet::from(["k0smotron-haproxy".to_string()]),
+        ),
+    ] {
+        assert_eq!(
+            names(&client, namespace, &resource).await,
+            expected,
+            "{what}: {}s in {namespace} of its workload cluster",
+            resource.kind
+        );
+    }
+    let services = Api::<Service>::namespaced(client.clone(), "default");
+    let kubernetes = services.get("kubernetes").await.unwrap();
+    assert!(
+        kubernetes
+            .managed_fields()
+            .iter()
+            .all(|m| m.manager.as_deref() != Some(MANAGER)),
+        "{what}: default/kubernetes is never written"
+    );
+    check_ccm(client, host, what).await;
 }
 
 /// The workload server of one cluster holds exactly its objects.
@@ -873,17 +997,7 @@ async fn check_workload(server: &TestApi, cpi: &ControlPlaneIngress, what: &str)
         text.contains(host.as_str()),
         "{what}: the proxy config names {host}: {text}"
     );
-    let ccm = Api::<Deployment>::namespaced(client, "kube-system")
-        .get("cloud-controller-manager")
-        .await
-        .unwrap();
-    let env = &ccm.spec.unwrap().template.spec.unwrap().containers[0].env;
-    assert!(
-        env.iter()
-            .flatten()
-            .any(|e| e.name == "KUBERNETES_SERVICE_HOST" && e.value.as_ref() == Some(host)),
-        "{what}: the CCM points at {host}: {env:?}"
-    );
+    check_ccm(client, host, what).await;
 }
 
 /// One Lease, held by `holder`.

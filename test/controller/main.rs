@@ -6,4 +6,5 @@ mod faults;
 mod harness;
 mod management;
 mod secrets;
+mod upstreams;
 mod workload;

@@ -35,7 +35,13 @@ fn cpi(name: &str, ingress_extra: Value, route: Value) -> Value {
            "metadata": {"name": name, "namespace": NS}, "spec": spec})
 }
 
+/// Our route object for the ControlPlaneIngress name `name` (TLSRoutes: `<name>-<purpose>`).
+fn route_name(name: &str) -> String {
+    format!("{}{name}", hcp_ingress::render::ROUTE_PREFIX)
+}
+
 async fn wait_route(client: &kube::Client, kind: RouteKind, name: &str) -> DynamicObject {
+    let name = &route_name(name);
     let api = routes(client, kind);
     eventually(&format!("{kind:?} {name}"), || async {
         api.get_opt(name).await.ok()?
@@ -44,6 +50,7 @@ async fn wait_route(client: &kube::Client, kind: RouteKind, name: &str) -> Dynam
 }
 
 async fn wait_gone(client: &kube::Client, kind: RouteKind, name: &str) {
+    let name = &route_name(name);
     let api = routes(client, kind);
     eventually(&format!("{kind:?} {name} deleted"), || async {
         api.get_opt(name).await.ok()?.is_none().then_some(())
@@ -70,55 +77,45 @@ async fn each_source_kind_becomes_a_control_plane_ingress_and_its_route() {
             .await;
     }
     let running = m.start();
-    // (example, namespace, ControlPlaneIngress name, route kind, route name)
+    // (example, namespace, ControlPlaneIngress name, our route: kind and
+    // name, None where the upstream makes the route itself)
     let cases = [
-        (
-            "k0smotron-controlplane.yaml",
-            NS,
-            "tenant-01-cp",
-            RouteKind::Ingress,
-            "tenant-01-cp",
-        ),
+        ("k0smotron-controlplane.yaml", NS, "tenant-01-cp", None),
         (
             "k0smotron-cluster.yaml",
             NS,
             "tenant-02",
-            RouteKind::Ingress,
-            "tenant-02",
+            Some((RouteKind::Ingress, "hcp-ingress-tenant-02")),
         ),
         (
             "k0rdent-clusterdeployment.yaml",
             "kcm-system",
             "tenant-03",
-            RouteKind::Ingress,
-            "tenant-03",
+            None,
         ),
         (
             "capi-cluster-domain.yaml",
             NS,
             "tenant-04",
-            RouteKind::IngressRouteTcp,
-            "tenant-04",
+            Some((RouteKind::IngressRouteTcp, "hcp-ingress-tenant-04")),
         ),
         (
             "kamaji-tenantcontrolplane.yaml",
             NS,
             "tenant-05",
-            RouteKind::Ingress,
-            "tenant-05",
+            Some((RouteKind::Ingress, "hcp-ingress-tenant-05")),
         ),
         (
             "steward-tenantcontrolplane.yaml",
             NS,
             "tenant-06",
-            RouteKind::Ingress,
-            "tenant-06",
+            Some((RouteKind::Ingress, "hcp-ingress-tenant-06")),
         ),
     ];
     for (file, ..) in &cases {
         apply_value(&m.client, strip_uid(&example(file))).await;
     }
-    for (file, ns, name, kind, route) in cases {
+    for (file, ns, name, route) in cases {
         let cpis: Api<ControlPlaneIngress> = Api::namespaced(m.client.clone(), ns);
         let cpi = eventually(
             &format!("ControlPlaneIngress {ns}/{name} from {file}"),
@@ -136,6 +133,22 @@ async fn each_source_kind_becomes_a_control_plane_ingress_and_its_route() {
             .unwrap()
             .to_string();
         assert_eq!(owner.kind, source_kind, "{file}");
+        let Some((kind, route)) = route else {
+            // The upstream makes it: the status waits for the upstream's route, and we make none.
+            let upstream = cpi.spec.upstream.as_ref().and_then(|u| u.route.as_ref());
+            assert!(upstream.is_some(), "{file}: spec.upstream.route");
+            let ours = Api::<Ingress>::namespaced(m.client.clone(), ns)
+                .list(&ListParams::default().labels("app.kubernetes.io/managed-by=hcp-ingress"))
+                .await
+                .unwrap();
+            assert!(
+                ours.items
+                    .iter()
+                    .all(|i| i.owner_references()[0].uid != cpi.uid().unwrap()),
+                "{file}: no route of ours"
+            );
+            continue;
+        };
         let api =
             kube::Api::<DynamicObject>::namespaced_with(m.client.clone(), ns, &kind.api_resource());
         let object = eventually(&format!("{kind:?} {ns}/{route}"), || async {
@@ -218,7 +231,7 @@ async fn each_flavor_creates_its_route_kind_with_its_passthrough_setting() {
             }
             _ => {
                 let ingress = Api::<Ingress>::namespaced(m.client.clone(), NS)
-                    .get(&name)
+                    .get(&route_name(&name))
                     .await
                     .unwrap();
                 if let Some(key) = annotation {
@@ -284,7 +297,7 @@ async fn a_paused_cluster_gets_no_writes_until_resumed() {
     assert!(message.contains("spec.paused"), "{message}");
     assert!(
         routes(&m.client, RouteKind::Ingress)
-            .get_opt("paused")
+            .get_opt(&route_name("paused"))
             .await
             .unwrap()
             .is_none(),
@@ -347,7 +360,7 @@ async fn an_invalid_spec_is_a_condition_and_an_event_and_deletes_nothing() {
     assert_eq!(event.regarding.unwrap().name.as_deref(), Some("bad"));
     assert!(
         routes(&m.client, RouteKind::Ingress)
-            .get_opt("bad")
+            .get_opt(&route_name("bad"))
             .await
             .unwrap()
             .is_some(),

@@ -218,7 +218,7 @@ fn render_command_exits_2_and_prints_nothing_on_stdout() {
 
 #[test]
 fn render_reads_files_and_prints_json_lists() {
-    let path = crate::root().join("templates/examples/k0smotron-controlplane.yaml");
+    let path = crate::root().join("templates/examples/k0smotron-cluster.yaml");
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_hcp-ingress"))
         .args(["render", "-o", "json", "-f"])
         .arg(&path)

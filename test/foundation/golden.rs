@@ -97,17 +97,22 @@ fn each_flavor_carries_its_passthrough_setting() {
     type Expectation<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
     let expectations: &[Expectation] = &[
         (
-            "k0smotron-controlplane.yaml",
+            "examples/kamaji-tenantcontrolplane.yaml",
             "Ingress",
             &[("haproxy.org/ssl-passthrough", "true")],
         ),
         (
-            "k0rdent-clusterdeployment.yaml",
+            "examples/steward-tenantcontrolplane.yaml",
+            "Ingress",
+            &[("haproxy.org/ssl-passthrough", "true")],
+        ),
+        (
+            "../test/foundation/fixtures/haproxy-ingress.yaml",
             "Ingress",
             &[("haproxy-ingress.github.io/ssl-passthrough", "true")],
         ),
         (
-            "k0smotron-cluster.yaml",
+            "examples/k0smotron-cluster.yaml",
             "Ingress",
             &[
                 ("nginx.ingress.kubernetes.io/ssl-passthrough", "true"),
@@ -118,7 +123,7 @@ fn each_flavor_carries_its_passthrough_setting() {
         ),
     ];
     for (file, kind, annotations) in expectations {
-        let text = std::fs::read_to_string(root().join("templates/examples").join(file)).unwrap();
+        let text = std::fs::read_to_string(root().join("templates").join(file)).unwrap();
         let rendered = render_documents(file, &text).unwrap();
         let route = rendered
             .objects

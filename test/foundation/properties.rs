@@ -147,6 +147,8 @@ prop_compose! {
                 ..ProxySpec::default()
             }),
             ccm: None,
+            kubeconfig_secret: None,
+            upstream: None,
         };
         let mut cpi = ControlPlaneIngress::new(&name, spec);
         cpi.metadata.namespace = Some(namespace);

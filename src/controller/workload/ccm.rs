@@ -107,6 +107,7 @@ pub(super) async fn configure_ccm(
         }
     }
     let mut patched = Vec::new();
+    let mut left = Vec::new();
     for (target, live) in found {
         let api: Api<DynamicObject> = Api::namespaced_with(
             client.clone(),
@@ -118,6 +119,19 @@ pub(super) async fn configure_ccm(
         } else {
             target.containers.clone()
         };
+        let (theirs, containers): (Vec<String>, Vec<String>) = containers
+            .into_iter()
+            .partition(|c| ccm::foreign_service_host(&live, c).is_some());
+        for container in &theirs {
+            let value = ccm::foreign_service_host(&live, container).unwrap_or_default();
+            left.push(format!(
+                "{} container {container} (KUBERNETES_SERVICE_HOST={value} is set by another manager)",
+                describe(&target)
+            ));
+        }
+        if containers.is_empty() {
+            continue;
+        }
         let patch = ccm::ccm_patch(
             cpi,
             target.kind,
@@ -147,11 +161,27 @@ pub(super) async fn configure_ccm(
             "TargetNotFound",
             format!("not found: {}", missing.join(", ")),
         )
+    } else if patched.is_empty() && !left.is_empty() {
+        Desired::ok(
+            types::CCM_CONFIGURED,
+            "SetByOthers",
+            format!("left as they are: {}", left.join(", ")),
+        )
     } else if patched.is_empty() {
         Desired::ok(
             types::CCM_CONFIGURED,
             "NoCCMFound",
             "no well-known cloud-controller-manager runs in kube-system",
+        )
+    } else if !left.is_empty() {
+        Desired::ok(
+            types::CCM_CONFIGURED,
+            "Patched",
+            format!(
+                "KUBERNETES_SERVICE_HOST={host} KUBERNETES_SERVICE_PORT={port} on {}; left as they are: {}",
+                patched.join(", "),
+                left.join(", ")
+            ),
         )
     } else {
         Desired::ok(

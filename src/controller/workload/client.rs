@@ -114,7 +114,9 @@ impl Clients {
         cpi: &ControlPlaneIngress,
     ) -> Result<Client, Unreachable> {
         let namespace = cpi.namespace().unwrap_or_default();
-        self.get(mgmt, &namespace, &cpi.spec.cluster_name).await
+        let (name, data_key) = kubeconfig_secret(cpi);
+        self.get(mgmt, &namespace, &cpi.spec.cluster_name, &name, &data_key)
+            .await
     }
 
     async fn get(
@@ -122,21 +124,22 @@ impl Clients {
         mgmt: &Client,
         namespace: &str,
         cluster: &str,
+        name: &str,
+        data_key: &str,
     ) -> Result<Client, Unreachable> {
-        let name = format!("{cluster}-kubeconfig");
         let secrets: Api<Secret> = Api::namespaced(mgmt.clone(), namespace);
-        let secret = secrets.get_opt(&name).await.map_err(|e| Unreachable {
+        let secret = secrets.get_opt(name).await.map_err(|e| Unreachable {
             reason: "KubeconfigUnreadable",
             message: format!("failed to read Secret {namespace}/{name}: {e}"),
         })?;
         let Some(value) = secret
             .and_then(|s| s.data)
-            .and_then(|mut d| d.remove("value"))
+            .and_then(|mut d| d.remove(data_key))
         else {
             return Err(Unreachable {
                 reason: "KubeconfigMissing",
                 message: format!(
-                    "Secret {namespace}/{name} with key `value` not found: CAPI writes it once the control plane is up"
+                    "Secret {namespace}/{name} with key `{data_key}` not found: the control plane's provider writes it once the control plane is up"
                 ),
             });
         };
@@ -173,5 +176,17 @@ impl Clients {
             .expect("client cache")
             .insert(key, (digest, client.clone()));
         Ok(client)
+    }
+}
+
+/// The Secret and key holding `cpi`'s workload kubeconfig: `spec.kubeconfigSecret`,
+/// else CAPI's `<cluster>-kubeconfig`, key `value`.
+pub(crate) fn kubeconfig_secret(cpi: &ControlPlaneIngress) -> (String, String) {
+    match &cpi.spec.kubeconfig_secret {
+        Some(secret) => (secret.name.clone(), secret.key.clone()),
+        None => (
+            format!("{}-kubeconfig", cpi.spec.cluster_name),
+            "value".to_string(),
+        ),
     }
 }

@@ -217,6 +217,38 @@ pub fn service_host_env(cpi: &ControlPlaneIngress) -> [(&'static str, String); 2
     ]
 }
 
+/// The value of `KUBERNETES_SERVICE_HOST` on `container` of `live` when
+/// someone else set it (hcp-ingress has never written this object): that
+/// container is theirs to point somewhere (k0rdent's openstack-hosted-cp
+/// template sets it on its CCM itself), and overriding it would leave it
+/// without its value when we give the object back.
+pub fn foreign_service_host(live: &DynamicObject, container: &str) -> Option<String> {
+    let ours = live
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .any(|m| m.manager.as_deref() == Some(crate::api::MANAGER));
+    if ours {
+        return None;
+    }
+    live.data
+        .pointer("/spec/template/spec/containers")?
+        .as_array()?
+        .iter()
+        .find(|c| c["name"] == container)?
+        .get("env")?
+        .as_array()?
+        .iter()
+        .find(|e| e["name"] == SERVICE_HOST_ENV)
+        .map(|e| {
+            e["value"]
+                .as_str()
+                .unwrap_or("<from a reference>")
+                .to_string()
+        })
+}
+
 /// The partial Deployment/DaemonSet that sets the two env vars on
 /// `containers` (the names the controller found on the live object).
 pub fn ccm_patch(

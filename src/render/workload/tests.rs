@@ -542,3 +542,32 @@ fn steering_drift_spots_a_rewrite() {
         1
     );
 }
+
+#[test]
+fn a_service_host_someone_else_set_is_left_to_them() {
+    let workload = |managers: &[&str]| -> kube::api::DynamicObject {
+        let managed: Vec<_> = managers
+            .iter()
+            .map(|m| serde_json::json!({"manager": m, "operation": "Apply"}))
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": "openstack-cloud-controller-manager", "namespace": "kube-system", "managedFields": managed},
+            "spec": {"template": {"spec": {"containers": [
+                {"name": "occm", "env": [{"name": "KUBERNETES_SERVICE_HOST", "value": "api.t.example.com"}]},
+                {"name": "sidecar"}]}}}
+        }))
+        .unwrap()
+    };
+    let helm = workload(&["helm"]);
+    assert_eq!(
+        super::foreign_service_host(&helm, "occm").as_deref(),
+        Some("api.t.example.com")
+    );
+    assert_eq!(super::foreign_service_host(&helm, "sidecar"), None);
+    // Once we have written the object, the value is ours to keep up to date.
+    assert_eq!(
+        super::foreign_service_host(&workload(&["helm", "hcp-ingress"]), "occm"),
+        None
+    );
+}

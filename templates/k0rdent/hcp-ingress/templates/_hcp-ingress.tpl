@@ -50,18 +50,19 @@ annotations:
 {{- end -}}
 
 {{/*
-The K0smotronControlPlane spec.ingress: the same block with `deploy: false`,
-so k0smotron still puts apiHost into the API server's SANs and turns the
-endpoint reconciler off, but leaves the route to hcp-ingress.
+The K0smotronControlPlane spec.ingress: the same block, `deploy` included.
+k0smotron puts both hosts into the API server's SANs, turns the endpoint
+reconciler off and ships its node proxy; with `deploy: true` it also makes the
+Ingress, with `deploy: false` hcp-ingress makes the route (any flavor).
+hcp-ingress reads the same values from the ClusterDeployment and never makes
+a second route or node proxy.
 Use, in the template's K0smotronControlPlane spec:
   {{- if .Values.ingress.enabled }}
   ingress: {{- include "hcp-ingress.k0smotronIngress" . | nindent 4 }}
   {{- end }}
 */}}
 {{- define "hcp-ingress.k0smotronIngress" -}}
-{{- $values := deepCopy .Values -}}
-{{- $_ := set $values.ingress "deploy" false -}}
-{{- include "hcp-ingress.ingress" (dict "Values" $values "Release" .Release) -}}
+{{- include "hcp-ingress.ingress" . -}}
 {{- end -}}
 
 {{/*

@@ -1,0 +1,149 @@
+//! Preflight: what a control plane's own spec lacks for the path through the
+//! shared ingress to work, named by the exact field to set. Pure: read from
+//! the source object and the ControlPlaneIngress derived from it.
+//!
+//! k0smotron needs nothing here: with `spec.ingress` set it adds both hosts to
+//! the API server's SANs, runs it with the endpoint reconciler off and points
+//! konnectivity at the konnectivity host itself. Kamaji and Steward do none of
+//! that on their own.
+
+use kube::api::DynamicObject;
+use serde_json::Value;
+
+use super::SourceKind;
+use crate::api::{ControlPlaneIngress, Steering, validation::FieldError};
+
+/// The API server flag advertise-address steering needs: otherwise the API
+/// server rewrites `default/kubernetes` to its own address again.
+pub const ENDPOINT_RECONCILER_NONE: &str = "--endpoint-reconciler-type=none";
+
+/// The settings `obj` (a source of `kind`) is missing for `cpi` to work.
+pub fn preflight(
+    kind: SourceKind,
+    obj: &DynamicObject,
+    cpi: &ControlPlaneIngress,
+) -> Vec<FieldError> {
+    match kind {
+        SourceKind::KamajiTenantControlPlane | SourceKind::StewardTenantControlPlane => {
+            tenant_control_plane(kind, obj, cpi)
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn strings(value: Option<&Value>) -> Vec<&str> {
+    value
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
+fn tenant_control_plane(
+    kind: SourceKind,
+    obj: &DynamicObject,
+    cpi: &ControlPlaneIngress,
+) -> Vec<FieldError> {
+    let spec = obj.data.get("spec");
+    let at = |pointer: &str| spec.and_then(|s| s.pointer(pointer));
+    let ingress = &cpi.spec.ingress;
+    let mut missing = Vec::new();
+
+    // The API server's certificate must name the host clients dial through
+    // passthrough: the ingress never terminates TLS.
+    let sans = strings(at("/networkProfile/certSANs"));
+    let hosts: Vec<&str> = std::iter::once(ingress.api_host.as_str())
+        .chain(ingress.konnectivity_host.as_deref())
+        .filter(|h| !sans.contains(h))
+        .collect();
+    if !hosts.is_empty() {
+        missing.push(FieldError {
+            field: "spec.networkProfile.certSANs".into(),
+            message: format!(
+                "add {}: the API server's certificate must name the host clients reach it by",
+                hosts.join(", ")
+            ),
+        });
+    }
+
+    if let Some(hostname) = at("/controlPlane/ingress/hostname").and_then(Value::as_str) {
+        let field = "spec.controlPlane.ingress.hostname";
+        match kind {
+            // Kamaji writes kubeconfigs for `hostname`: they must dial the
+            // shared ingress's host and port.
+            SourceKind::KamajiTenantControlPlane => {
+                let wanted = format!("{}:{}", ingress.api_host, ingress.port);
+                if hostname != wanted {
+                    missing.push(FieldError {
+                        field: field.into(),
+                        message: format!(
+                            "set it to {wanted:?}: the kubeconfigs Kamaji writes dial it, and the shared ingress serves {} on port {}",
+                            ingress.api_host, ingress.port
+                        ),
+                    });
+                }
+            }
+            // Steward's tcp-proxy dials `<hostname>:443` as written.
+            _ => {
+                if hostname.contains(':') {
+                    missing.push(FieldError {
+                        field: field.into(),
+                        message: format!(
+                            "set it to {:?}, without a port: Steward's tcp-proxy appends :443 to it",
+                            ingress.api_host
+                        ),
+                    });
+                }
+            }
+        }
+    }
+
+    // Our own steering writes default/kubernetes: the API server must not.
+    let ours_steer = cpi
+        .spec
+        .upstream
+        .as_ref()
+        .is_none_or(|u| u.node_proxy.is_none())
+        && cpi
+            .spec
+            .proxy
+            .as_ref()
+            .is_none_or(|p| p.enabled && p.steering == Steering::AdvertiseAddress);
+    if ours_steer {
+        let args = strings(at("/controlPlane/deployment/extraArgs/apiServer"));
+        if !args.contains(&ENDPOINT_RECONCILER_NONE) {
+            missing.push(FieldError {
+                field: "spec.controlPlane.deployment.extraArgs.apiServer".into(),
+                message: format!(
+                    "add {ENDPOINT_RECONCILER_NONE:?}: otherwise the API server points default/kubernetes back at itself and pods bypass the node proxy"
+                ),
+            });
+        }
+    }
+
+    // The provider owns konnectivity-agent's args (a patch is reverted): say what to set.
+    if let Some(host) = &ingress.konnectivity_host
+        && at("/addons/konnectivity").is_some_and(|k| !k.is_null())
+    {
+        let args = strings(at("/addons/konnectivity/agent/extraArgs"));
+        let wanted = [
+            format!("--proxy-server-host={host}"),
+            format!("--proxy-server-port={}", ingress.port),
+        ];
+        let absent: Vec<&String> = wanted
+            .iter()
+            .filter(|w| !args.contains(&w.as_str()))
+            .collect();
+        if !absent.is_empty() {
+            missing.push(FieldError {
+                field: "spec.addons.konnectivity.agent.extraArgs".into(),
+                message: format!(
+                    "add {}: the agents must reach the konnectivity server through the shared ingress",
+                    absent.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", ")
+                ),
+            });
+        }
+    }
+    missing
+}
