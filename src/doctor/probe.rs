@@ -442,3 +442,32 @@ async fn ccm_workloads(
     }
     Ok((found, missing))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_system_resolver_and_literal_addresses() {
+        let t = Duration::from_secs(5);
+        let localhost = resolve(Resolver::System, "localhost", t).await.unwrap();
+        assert!(localhost.iter().all(IpAddr::is_loopback) && !localhost.is_empty());
+        // An address is its own answer, whatever the resolver.
+        let server = Resolver::Server("127.0.0.1:9".parse().unwrap());
+        assert_eq!(
+            resolve(server, "192.0.2.1", t).await.unwrap(),
+            ["192.0.2.1".parse::<IpAddr>().unwrap()]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_dns_server_that_does_not_answer_is_an_error_not_an_empty_answer() {
+        // A bound socket that never answers.
+        let silent = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let server = Resolver::Server(silent.local_addr().unwrap());
+        let why = resolve(server, "api.example.com", Duration::from_millis(200))
+            .await
+            .unwrap_err();
+        assert!(why.contains("no answer within"), "{why}");
+    }
+}

@@ -553,6 +553,75 @@ async fn doctor_passes_a_converged_tenant_and_names_each_fault_with_its_fix() {
     );
     println!("no route:\n{}", run.stdout);
 
+    // The same tenant by cluster name, with the ingress address and the
+    // workload kubeconfig given as flags: DNS is compared with the flag's
+    // address again, the workload is reached through the file.
+    let workload_kubeconfig = dir.join("workload.kubeconfig");
+    std::fs::write(&workload_kubeconfig, w.kubeconfig_yaml()).unwrap();
+    let run = doctor_binary(
+        &[
+            "--cluster",
+            CLUSTER,
+            "--kubeconfig",
+            &kubeconfig_flag,
+            "--dns-server",
+            &dns_flag,
+            "--ingress-address",
+            INGRESS_IP,
+            "--workload-kubeconfig",
+            &workload_kubeconfig.display().to_string(),
+        ],
+        &secrets,
+    )
+    .await;
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert_eq!(run.failed(), ["route Ingress wl"], "{}", run.stdout);
+    assert!(
+        run.row("dns api.wl.example.com")
+            .contains("resolves to 127.0.0.1, the shared ingress (--ingress-address)"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.row("workload api")
+            .contains("answers through --workload-kubeconfig"),
+        "{}",
+        run.stdout
+    );
+
+    // A broken workload kubeconfig: one failed row, the workload checks
+    // skipped, and nothing of the file in the output (parser errors quote it).
+    let secret = "c2VjcmV0LXRva2VuLW5ldmVyLXByaW50ZWQ";
+    let broken = dir.join("broken.kubeconfig");
+    std::fs::write(
+        &broken,
+        format!("apiVersion: v1\nusers:\n- name: x\n  user: {{token: {secret}\n"),
+    )
+    .unwrap();
+    let mut with_broken = secrets.clone();
+    with_broken.push(secret);
+    let run = doctor_binary(
+        &[
+            CLUSTER,
+            "-n",
+            NS,
+            "--kubeconfig",
+            &kubeconfig_flag,
+            "--dns-server",
+            &dns_flag,
+            "--workload-kubeconfig",
+            &broken.display().to_string(),
+        ],
+        &with_broken,
+    )
+    .await;
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(run.failed().contains(&"workload api"), "{}", run.stdout);
+    println!("broken workload kubeconfig:\n{}", run.stdout);
+    for check in ["steering", "node proxy", "ccm env"] {
+        assert!(run.row(check).contains("| SKIP "), "{}", run.stdout);
+    }
+
     // Bad input: no such ControlPlaneIngress, or no cluster of that name.
     let run = doctor_binary(
         &["nope", "-n", NS, "--kubeconfig", &kubeconfig_flag],
