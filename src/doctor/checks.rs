@@ -120,6 +120,24 @@ pub fn status_addresses(object: &DynamicObject) -> Vec<String> {
         .collect()
 }
 
+/// The shared ingress's address is a host name (a cloud load balancer's)
+/// that does not resolve: clients following it reach nothing.
+pub fn ingress_unresolved(ingress: &IngressAddress, failures: &[(String, String)]) -> Check {
+    Check::new(
+        "ingress address",
+        Verdict::Fail,
+        format!(
+            "{} (from {}) does not resolve: check the load balancer of the ingress controller, or pass the address with --ingress-address",
+            failures
+                .iter()
+                .map(|(address, why)| format!("{address}: {why}"))
+                .collect::<Vec<_>>()
+                .join("; "),
+            ingress.source
+        ),
+    )
+}
+
 /// DNS: `host` must resolve, and only to the shared ingress (`expected`,
 /// already resolved to IPs; `None` when no address is known to compare with).
 pub fn dns(

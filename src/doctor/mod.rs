@@ -201,20 +201,20 @@ pub async fn diagnose(
         live.push(object);
     }
     let ingress = ingress_address(client, &cpi, &options.ingress_address, &live).await;
-    let ingress_ips = match &ingress {
-        Some(ingress) => {
-            let mut ips = Vec::new();
-            for address in &ingress.addresses {
-                ips.extend(
-                    probe::resolve(options.resolver, address, options.timeout)
-                        .await
-                        .unwrap_or_default(),
-                );
-            }
-            ips
+    let mut ingress_ips = Vec::new();
+    let mut unresolved = Vec::new();
+    for address in ingress.iter().flat_map(|i| &i.addresses) {
+        match probe::resolve(options.resolver, address, options.timeout).await {
+            Ok(ips) => ingress_ips.extend(ips),
+            Err(why) => unresolved.push((address.clone(), why)),
         }
-        None => Vec::new(),
-    };
+    }
+    // A load balancer host name that does not resolve is itself a broken hop.
+    if let Some(ingress) = &ingress
+        && !unresolved.is_empty()
+    {
+        report.push(checks::ingress_unresolved(ingress, &unresolved));
+    }
     let expected = ingress
         .as_ref()
         .filter(|_| !ingress_ips.is_empty())

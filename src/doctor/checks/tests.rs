@@ -93,6 +93,20 @@ fn dns_passes_only_when_every_address_is_the_ingress() {
 }
 
 #[test]
+fn an_ingress_host_name_that_does_not_resolve_fails() {
+    let ingress = ingress_at("lb-1234.elb.example.com");
+    let check = ingress_unresolved(
+        &ingress,
+        &[("lb-1234.elb.example.com".into(), "NXDOMAIN".into())],
+    );
+    assert_eq!(check.verdict, Verdict::Fail);
+    assert_eq!(
+        check.detail,
+        "lb-1234.elb.example.com: NXDOMAIN (from status.loadBalancer of Ingress tenants/wl) does not resolve: check the load balancer of the ingress controller, or pass the address with --ingress-address"
+    );
+}
+
+#[test]
 fn ingress_addresses_come_from_the_load_balancer_or_gateway_status() {
     let ingress: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "wl"},
