@@ -376,9 +376,20 @@ pub fn conditions(cpi: &ControlPlaneIngress) -> Check {
     }
 }
 
+/// The cluster CA the served certificate must chain to: where it came from
+/// and its certificate (PEM), or why none could be read (not checked then).
+pub type ClusterCa = Result<(String, String), String>;
+
 /// TLS through the ingress for `host`: the handshake, the certificate it
-/// presented (SANs must name `host`), and its expiry at `now`.
-pub fn tls(host: &str, handshake: &Result<Handshake, ProbeFailure>, now: SystemTime) -> Check {
+/// presented (SANs must name `host`), its expiry at `now`, and whether it
+/// chains to the cluster CA (with passthrough the tenant API server's own
+/// certificate comes through; anything else is the ingress's own).
+pub fn tls(
+    host: &str,
+    handshake: &Result<Handshake, ProbeFailure>,
+    ca: &ClusterCa,
+    now: SystemTime,
+) -> Check {
     let name = format!("tls {host}");
     let handshake = match handshake {
         Ok(h) => h,
@@ -413,7 +424,7 @@ pub fn tls(host: &str, handshake: &Result<Handshake, ProbeFailure>, now: SystemT
             );
         }
     };
-    tls_facts(&name, host, handshake, &facts, now)
+    tls_facts(&name, host, handshake, &facts, ca, now)
 }
 
 fn tls_facts(
@@ -421,6 +432,7 @@ fn tls_facts(
     host: &str,
     handshake: &Handshake,
     facts: &CertificateFacts,
+    ca: &ClusterCa,
     now: SystemTime,
 ) -> Check {
     let expires = pki::rfc3339(facts.not_after);
@@ -441,32 +453,52 @@ fn tls_facts(
             ),
         );
     }
-    match facts.not_after.duration_since(now) {
-        Err(_) => Check::new(
+    let Ok(left) = facts.not_after.duration_since(now) else {
+        return Check::new(
             name,
             Verdict::Fail,
             format!(
                 "the certificate served for {host} expired at {expires}: renew the tenant API server's serving certificate"
             ),
-        ),
-        Ok(left) if left < EXPIRY_WARNING => Check::new(
+        );
+    };
+    let issuer = match ca {
+        Ok((source, pem)) => {
+            match crate::controller::probe::covers(&handshake.chain, host, pem.as_bytes()) {
+                Ok(()) => format!(", issued by the cluster CA ({source})"),
+                Err(why) => {
+                    return Check::new(
+                        name,
+                        Verdict::Fail,
+                        format!(
+                            "{why} ({source}; presented: {}): the ingress answers with its own certificate instead of passing TLS through (turn SSL passthrough on for the route, see troubleshooting.md), or the tenant API server serves a certificate of another CA",
+                            facts.subject
+                        ),
+                    );
+                }
+            }
+        }
+        Err(why) => format!("; issuer not checked: {why}"),
+    };
+    if left < EXPIRY_WARNING {
+        return Check::new(
             name,
             Verdict::Warn,
             format!(
-                "names {host}, but expires at {expires} (in {} h): renew the tenant API server's serving certificate",
+                "names {host}{issuer}, but expires at {expires} (in {} h): renew the tenant API server's serving certificate",
                 left.as_secs() / 3600
             ),
-        ),
-        Ok(left) => Check::new(
-            name,
-            Verdict::Pass,
-            format!(
-                "{} presented {chain} certificate(s), SANs name {host}, expires {expires} (in {} days)",
-                handshake.address,
-                left.as_secs() / 86_400
-            ),
-        ),
+        );
     }
+    Check::new(
+        name,
+        Verdict::Pass,
+        format!(
+            "{} presented {chain} certificate(s), SANs name {host}{issuer}, expires {expires} (in {} days)",
+            handshake.address,
+            left.as_secs() / 86_400
+        ),
+    )
 }
 
 /// Whether a SAN (`DNS:…`, `IP:…`) names `host`; `*.` covers one label.

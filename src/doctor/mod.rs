@@ -233,6 +233,7 @@ pub async fn diagnose(
     // 3. TLS through the ingress: to the ingress's address when known (what
     // the route should reach), else where DNS sends clients.
     let port = u16::try_from(cpi.spec.ingress.port).unwrap_or(443);
+    let ca = probe::cluster_ca(client, &cpi).await;
     for (host, ips) in &resolved {
         let targets: Vec<String> = if ingress_ips.is_empty() {
             ips.iter().flatten().map(IpAddr::to_string).collect()
@@ -249,7 +250,7 @@ pub async fn diagnose(
         } else {
             tls_probe::handshake(host, port, &targets, options.timeout).await
         };
-        report.push(checks::tls(host, &handshake, SystemTime::now()));
+        report.push(checks::tls(host, &handshake, &ca, SystemTime::now()));
     }
     // 4-6. The workload cluster.
     report.extend(workload_checks(client, &cpi, options).await);

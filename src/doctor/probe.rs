@@ -20,7 +20,7 @@ use kube::{
 };
 use tokio::net::UdpSocket;
 
-use super::DoctorError;
+use super::{DoctorError, checks};
 use crate::{
     api::ControlPlaneIngress,
     controller::redact,
@@ -301,6 +301,26 @@ pub async fn workload_client(
     };
     let text = String::from_utf8(value.0).map_err(|_| format!("{origin}: `value` is not UTF-8"))?;
     Ok((client_from_kubeconfig(&text, &origin).await?, origin))
+}
+
+/// The cluster CA certificate (`tls.crt` of Secret `<cluster>-ca`), which the
+/// tenant API server's certificate chains to; `Err` says why it is not
+/// available. The key in the same Secret is dropped unread.
+pub async fn cluster_ca(mgmt: &Client, cpi: &ControlPlaneIngress) -> checks::ClusterCa {
+    let namespace = cpi.namespace().unwrap_or_default();
+    let name = format!("{}-ca", cpi.spec.cluster_name);
+    let origin = format!("Secret {namespace}/{name}");
+    let secret = Api::<Secret>::namespaced(mgmt.clone(), &namespace)
+        .get_opt(&name)
+        .await
+        .map_err(|e| format!("failed to read {origin}: {e}"))?
+        .ok_or_else(|| format!("{origin} not found"))?;
+    let cert = secret
+        .data
+        .and_then(|mut d| d.remove("tls.crt"))
+        .and_then(|b| String::from_utf8(b.0).ok())
+        .ok_or_else(|| format!("{origin} has no tls.crt"))?;
+    Ok((origin, cert))
 }
 
 /// What the workload cluster holds for the steering, proxy and CCM checks.

@@ -27,14 +27,14 @@ use kube::{
 };
 use rustls::{
     ServerConfig,
-    pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer},
+    pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject},
 };
 use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::{
     harness::*,
-    workload::{CLUSTER, connect, workload_cluster},
+    workload::{CA_CRT, CA_KEY, CLUSTER, connect, workload_cluster},
 };
 
 const HOST: &str = "api.wl.example.com";
@@ -53,10 +53,10 @@ struct StandInIngress {
 }
 
 impl StandInIngress {
-    async fn start(sans: &[&str]) -> StandInIngress {
+    async fn start(sans: &[&str], signer: Signer) -> StandInIngress {
         let listener = TcpListener::bind((INGRESS_IP, 0)).await.unwrap();
         let address = listener.local_addr().unwrap();
-        let config = Arc::new(Mutex::new(server_config(sans)));
+        let config = Arc::new(Mutex::new(server_config(sans, signer)));
         let server_names = Arc::new(Mutex::new(Vec::new()));
         let task = tokio::spawn({
             let (config, server_names) = (config.clone(), server_names.clone());
@@ -85,9 +85,9 @@ impl StandInIngress {
         }
     }
 
-    /// Present a certificate with these SANs from now on.
-    fn present(&self, sans: &[&str]) {
-        *self.config.lock().unwrap() = server_config(sans);
+    /// Present a certificate with these SANs, signed by `signer`, from now on.
+    fn present(&self, sans: &[&str], signer: Signer) {
+        *self.config.lock().unwrap() = server_config(sans, signer);
     }
 }
 
@@ -97,24 +97,54 @@ impl Drop for StandInIngress {
     }
 }
 
-fn server_config(sans: &[&str]) -> Arc<ServerConfig> {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params =
-        rcgen::CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-            .unwrap();
-    // A serving certificate's usual life, so the expiry the doctor reports is plausible.
+/// Who signs the stand-in ingress's certificate.
+#[derive(Clone, Copy)]
+enum Signer {
+    /// The cluster CA (`<cluster>-ca`): the tenant API server's own
+    /// certificate, as SSL passthrough delivers it.
+    ClusterCa,
+    /// Self-signed: the ingress answering with a certificate of its own.
+    Ingress,
+}
+
+fn server_config(sans: &[&str], signer: Signer) -> Arc<ServerConfig> {
     let now = std::time::SystemTime::now();
-    params.not_before = (now - Duration::from_secs(3600)).into();
-    params.not_after = (now + Duration::from_secs(90 * 86_400)).into();
-    let cert = params.self_signed(&key).unwrap();
+    // A serving certificate's usual life, so the expiry the doctor reports is plausible.
+    let life = Duration::from_secs(90 * 86_400);
+    let (cert_pem, key_pem) = match signer {
+        Signer::ClusterCa => {
+            let ca = hcp_ingress::pki::CertificateAuthority::from_pem(CA_CRT, CA_KEY).unwrap();
+            let leaf = hcp_ingress::pki::mint_leaf(
+                &ca,
+                &hcp_ingress::pki::LeafSpec {
+                    dns_names: sans.iter().map(|s| s.to_string()).collect(),
+                    ip_addresses: Vec::new(),
+                    validity: life,
+                    now,
+                },
+            )
+            .unwrap();
+            (leaf.cert_pem.clone(), leaf.key_pem.clone())
+        }
+        Signer::Ingress => {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let mut params = rcgen::CertificateParams::new(
+                sans.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            )
+            .unwrap();
+            params.not_before = (now - Duration::from_secs(3600)).into();
+            params.not_after = (now + life).into();
+            (params.self_signed(&key).unwrap().pem(), key.serialize_pem())
+        }
+    };
     let config =
         ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_no_client_auth()
             .with_single_cert(
-                vec![cert.der().clone()],
-                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+                vec![CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap()],
+                PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap(),
             )
             .unwrap();
     Arc::new(config)
@@ -133,44 +163,73 @@ impl Dnsmasq {
             .into_iter()
             .find(|p| std::path::Path::new(p).exists())
             .expect("dnsmasq is installed (Debian dnsmasq-base; hack/install-test-deps.sh)");
-        // A free UDP port: bound, read, released for dnsmasq.
-        let port = std::net::UdpSocket::bind((INGRESS_IP, 0))
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = tokio::process::Command::new(binary)
-            .args([
-                "--keep-in-foreground",
-                "--conf-file=/dev/null",
-                "--no-resolv",
-                "--no-hosts",
-                "--bind-interfaces",
-                "--pid-file=",
-                &format!("--listen-address={INGRESS_IP}"),
-                &format!("--port={port}"),
-                &format!("--address=/{host}/{ip}"),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("dnsmasq starts");
-        let address: SocketAddr = (INGRESS_IP.parse::<std::net::IpAddr>().unwrap(), port).into();
         let want: std::net::IpAddr = ip.parse().unwrap();
-        eventually(
-            &format!("dnsmasq on {address} to answer {host}"),
-            || async {
-                doctor::probe::resolve(Resolver::Server(address), host, Duration::from_millis(300))
-                    .await
-                    .ok()
-                    .filter(|ips| ips.contains(&want))
-            },
-        )
-        .await;
-        Dnsmasq {
-            address,
-            _child: child,
+        // A port is picked free and released for dnsmasq, so another
+        // process can take it meanwhile: then dnsmasq exits, and another
+        // port is tried.
+        let mut failures = Vec::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let mut child = tokio::process::Command::new(binary)
+                .args([
+                    "--keep-in-foreground",
+                    "--conf-file=/dev/null",
+                    "--no-resolv",
+                    "--no-hosts",
+                    "--bind-interfaces",
+                    "--pid-file=",
+                    &format!("--listen-address={INGRESS_IP}"),
+                    &format!("--port={port}"),
+                    &format!("--address=/{host}/{ip}"),
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .expect("dnsmasq starts");
+            let address: SocketAddr =
+                (INGRESS_IP.parse::<std::net::IpAddr>().unwrap(), port).into();
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            loop {
+                if let Some(status) = child.try_wait().unwrap() {
+                    let mut stderr = String::new();
+                    if let Some(mut pipe) = child.stderr.take() {
+                        use tokio::io::AsyncReadExt;
+                        let _ = pipe.read_to_string(&mut stderr).await;
+                    }
+                    failures.push(format!("port {port}: dnsmasq exited ({status}): {stderr}"));
+                    break;
+                }
+                let answer = doctor::probe::resolve(
+                    Resolver::Server(address),
+                    host,
+                    Duration::from_millis(300),
+                )
+                .await;
+                if answer.as_ref().is_ok_and(|ips| ips.contains(&want)) {
+                    return Dnsmasq {
+                        address,
+                        _child: child,
+                    };
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "dnsmasq on {address} never answered {host}: last {answer:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        panic!("dnsmasq did not start: {failures:#?}");
+    }
+}
+
+/// A loopback port free for both UDP and TCP (dnsmasq binds both) when asked.
+fn free_port() -> u16 {
+    loop {
+        let tcp = std::net::TcpListener::bind((INGRESS_IP, 0)).unwrap();
+        let port = tcp.local_addr().unwrap().port();
+        if std::net::UdpSocket::bind((INGRESS_IP, port)).is_ok() {
+            return port;
         }
     }
 }
@@ -235,7 +294,7 @@ fn token_of(kubeconfig: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_passes_a_converged_tenant_and_names_each_fault_with_its_fix() {
-    let ingress = StandInIngress::start(&[HOST]).await;
+    let ingress = StandInIngress::start(&[HOST], Signer::ClusterCa).await;
     let dns = Dnsmasq::start(HOST, INGRESS_IP).await;
 
     // A converged tenant: the real controller installs everything.
@@ -373,6 +432,13 @@ async fn doctor_passes_a_converged_tenant_and_names_each_fault_with_its_fix() {
     let healthy = run_doctor(dns_flag.clone()).await;
     assert_eq!(healthy.code, 0, "{}{}", healthy.stdout, healthy.stderr);
     assert!(healthy.failed().is_empty(), "{}", healthy.stdout);
+    assert!(
+        healthy
+            .row("tls api.wl.example.com")
+            .contains("issued by the cluster CA (Secret tenants/wl-ca)"),
+        "{}",
+        healthy.stdout
+    );
     println!("healthy:\n{}", healthy.stdout);
 
     // Fault 1, wrong DNS: the host resolves elsewhere.
@@ -393,7 +459,7 @@ async fn doctor_passes_a_converged_tenant_and_names_each_fault_with_its_fix() {
     drop(wrong);
 
     // Fault 2, SAN missing: the certificate served for the host does not name it.
-    ingress.present(&["kmc-wl.tenants.svc"]);
+    ingress.present(&["kmc-wl.tenants.svc"], Signer::ClusterCa);
     let run = run_doctor(dns_flag.clone()).await;
     assert_eq!(run.code, 1, "{}", run.stdout);
     assert_eq!(run.failed(), ["tls api.wl.example.com"], "{}", run.stdout);
@@ -405,7 +471,28 @@ async fn doctor_passes_a_converged_tenant_and_names_each_fault_with_its_fix() {
         run.stdout
     );
     println!("SAN missing:\n{}", run.stdout);
-    ingress.present(&[HOST]);
+    ingress.present(&[HOST], Signer::ClusterCa);
+
+    // Fault 2b, the ingress's own certificate: it names the host, but the
+    // ingress terminates TLS instead of passing the tenant's through.
+    ingress.present(&[HOST], Signer::Ingress);
+    let run = run_doctor(dns_flag.clone()).await;
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert_eq!(run.failed(), ["tls api.wl.example.com"], "{}", run.stdout);
+    assert!(
+        run.row("tls api.wl.example.com")
+            .contains("does not verify against the cluster CA")
+            && run
+                .row("tls api.wl.example.com")
+                .contains("Secret tenants/wl-ca")
+            && run
+                .row("tls api.wl.example.com")
+                .contains("turn SSL passthrough on for the route"),
+        "{}",
+        run.stdout
+    );
+    println!("ingress's own certificate:\n{}", run.stdout);
+    ingress.present(&[HOST], Signer::ClusterCa);
 
     // Fault 3, endpoints not steered: reset to the API server's own address.
     let endpoints: Api<Endpoints> = Api::namespaced(w.client(), "default");

@@ -244,6 +244,7 @@ fn tls_needs_the_host_in_the_sans_and_reports_expiry() {
     let good = tls(
         "api.wl.example.com",
         &Ok(certificate(&["api.wl.example.com"], year)),
+        &no_ca(),
         now,
     );
     assert_eq!(good.verdict, Verdict::Pass, "{good:?}");
@@ -251,12 +252,14 @@ fn tls_needs_the_host_in_the_sans_and_reports_expiry() {
     let wildcard = tls(
         "api.wl.example.com",
         &Ok(certificate(&["*.wl.example.com"], year)),
+        &no_ca(),
         now,
     );
     assert_eq!(wildcard.verdict, Verdict::Pass);
     let other = tls(
         "api.wl.example.com",
         &Ok(certificate(&["ingress.local"], year)),
+        &no_ca(),
         now,
     );
     assert_eq!(other.verdict, Verdict::Fail);
@@ -273,6 +276,7 @@ fn tls_needs_the_host_in_the_sans_and_reports_expiry() {
             &["api.wl.example.com"],
             now + Duration::from_secs(86_400),
         )),
+        &no_ca(),
         now,
     );
     assert_eq!(soon.verdict, Verdict::Warn);
@@ -282,6 +286,7 @@ fn tls_needs_the_host_in_the_sans_and_reports_expiry() {
             &["api.wl.example.com"],
             now - Duration::from_secs(60),
         )),
+        &no_ca(),
         now,
     );
     assert_eq!(expired.verdict, Verdict::Fail);
@@ -292,10 +297,70 @@ fn tls_needs_the_host_in_the_sans_and_reports_expiry() {
             reason: "ConnectFailed",
             message: "failed to connect to the ingress at 192.0.2.1:443: refused".into(),
         }),
+        &no_ca(),
         now,
     );
     assert_eq!(refused.verdict, Verdict::Fail);
     assert!(refused.detail.contains("refused (ConnectFailed)"));
+}
+
+fn no_ca() -> ClusterCa {
+    Err("Secret tenants/wl-ca not found".into())
+}
+
+#[test]
+fn tls_with_the_cluster_ca_tells_passthrough_from_the_ingress_own_certificate() {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::from_ca_cert_der(ca_cert.der(), &ca_key).unwrap();
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["api.wl.example.com".to_string()])
+        .unwrap()
+        .signed_by(&leaf_key, &issuer)
+        .unwrap();
+    let ca: ClusterCa = Ok(("Secret tenants/wl-ca".into(), ca_cert.pem()));
+    let through = Handshake {
+        chain: vec![leaf.der().clone()],
+        address: "192.0.2.1:443".parse().unwrap(),
+    };
+    let now = SystemTime::now();
+    let pass = tls("api.wl.example.com", &Ok(through), &ca, now);
+    assert_eq!(pass.verdict, Verdict::Pass, "{pass:?}");
+    assert!(
+        pass.detail
+            .contains("issued by the cluster CA (Secret tenants/wl-ca)"),
+        "{}",
+        pass.detail
+    );
+    // The right name, but not the tenant's CA: the ingress's own certificate.
+    let own = certificate(
+        &["api.wl.example.com"],
+        now + Duration::from_secs(365 * 86_400),
+    );
+    let check = tls("api.wl.example.com", &Ok(own), &ca, now);
+    assert_eq!(check.verdict, Verdict::Fail);
+    assert!(
+        check
+            .detail
+            .contains("does not verify against the cluster CA")
+            && check.detail.contains("passing TLS through"),
+        "{}",
+        check.detail
+    );
+    // Without a CA the issuer is not judged, and the report says so.
+    let own = certificate(
+        &["api.wl.example.com"],
+        now + Duration::from_secs(365 * 86_400),
+    );
+    let unchecked = tls("api.wl.example.com", &Ok(own), &no_ca(), now);
+    assert_eq!(unchecked.verdict, Verdict::Pass);
+    assert!(
+        unchecked.detail.contains("issuer not checked"),
+        "{}",
+        unchecked.detail
+    );
 }
 
 #[test]
