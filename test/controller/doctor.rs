@@ -352,8 +352,8 @@ async fn doctor_passes_a_converged_tenant_and_names_each_fault_with_its_fix() {
     // Stopped, so nothing repairs the faults injected below.
     running.stop().await;
 
-    let dir = std::env::temp_dir().join(format!("hcp-ingress-doctor-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = Scratch::new();
+    let dir = scratch.0.clone();
     let management_kubeconfig = dir.join("management.kubeconfig");
     std::fs::write(&management_kubeconfig, m.api.kubeconfig_yaml()).unwrap();
     let secrets = [
@@ -728,5 +728,22 @@ async fn doctor_passes_a_converged_tenant_and_names_each_fault_with_its_fix() {
     )
     .await;
     assert_eq!(run.code, 2, "{}", run.stderr);
-    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A directory for the test's kubeconfig files, removed when the test ends,
+/// failed or not (they hold the test clusters' tokens).
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new() -> Scratch {
+        let dir = std::env::temp_dir().join(format!("hcp-ingress-doctor-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
