@@ -3,7 +3,7 @@
 # Installs the test peers (haproxy, nginx, iptables, ...) first when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for tool in haproxy nginx iptables ip wrk cargo-deny; do
+for tool in haproxy nginx iptables ip wrk dnsmasq cargo-deny; do
   command -v "$tool" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v "$tool" >/dev/null 2>&1 || {
     echo "hack/test.sh: $tool is missing, installing the test peers" >&2
     bash hack/install-test-deps.sh

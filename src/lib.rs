@@ -6,12 +6,14 @@
 //! `api` (types) → `sources` (objects that become a ControlPlaneIngress) →
 //! `render` (pure: spec → objects) → `controller` (I/O: watch, apply, status);
 //! `proxy` is the node-local data path, `pki` mints certificates and
-//! `telemetry` sets up logs and traces.
+//! `telemetry` sets up logs and traces; `doctor` checks a live tenant's
+//! path hop by hop.
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod cli;
 pub mod controller;
+pub mod doctor;
 pub mod pki;
 pub mod proxy;
 pub mod render;

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use hcp_ingress::{cli, controller, proxy};
+use hcp_ingress::{cli, controller, doctor, proxy};
 
 /// Hosted control planes behind one shared SNI-passthrough ingress.
 #[derive(Parser)]
@@ -22,6 +22,8 @@ enum Command {
     Proxy(proxy::ProxyArgs),
     /// Print every object hcp-ingress would create for the given input.
     Render(cli::RenderArgs),
+    /// Check every hop of one tenant's path (DNS, route, TLS, steering, node proxy, CCM env) and say what to fix.
+    Doctor(doctor::DoctorArgs),
     /// Print the ControlPlaneIngress CustomResourceDefinition.
     Crd,
     /// Print the version.
@@ -33,6 +35,7 @@ fn main() -> ExitCode {
         Command::Controller(args) => controller::main(args),
         Command::Proxy(args) => proxy::main(args),
         Command::Render(args) => cli::render(args),
+        Command::Doctor(args) => doctor::main(args),
         Command::Crd => cli::crd(),
         Command::Version => {
             println!("hcp-ingress {}", env!("CARGO_PKG_VERSION"));

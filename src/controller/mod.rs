@@ -8,9 +8,9 @@
 mod apply;
 mod leader;
 mod metrics;
-mod probe;
+pub mod probe;
 mod reconcile;
-mod redact;
+pub(crate) mod redact;
 mod run;
 mod sources;
 pub mod status;

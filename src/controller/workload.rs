@@ -3,7 +3,7 @@
 //! cloud-controller-manager at the ingress by name, and report what happened.
 //! Decisions come from `render::workload` and `pki`; this module does the I/O.
 
-use std::{net::IpAddr, time::Duration};
+use std::time::Duration;
 
 use k8s_openapi::api::{apps::v1::DaemonSet, core::v1::Service};
 use kube::{
@@ -356,7 +356,7 @@ async fn install(
         .get_opt("kubernetes")
         .await
         .map_err(|e| api_error("read Service default/kubernetes", e))?;
-    let mut inputs = WorkloadInputs {
+    let base = WorkloadInputs {
         image: if spec.image.is_empty() {
             ctx.settings.proxy_image.clone()
         } else {
@@ -369,32 +369,7 @@ async fn install(
             .to_string(),
         ..WorkloadInputs::default()
     };
-    if let Some(ip) = kubernetes
-        .as_ref()
-        .and_then(|s| s.spec.as_ref()?.cluster_ip.as_ref()?.parse::<IpAddr>().ok())
-    {
-        inputs.service_ip = ip;
-    }
-    if spec.steering == crate::api::Steering::Service {
-        // The API server owns the Service's ports: listen where they point.
-        inputs.proxy_port = kubernetes
-            .as_ref()
-            .and_then(|s| {
-                s.spec
-                    .as_ref()?
-                    .ports
-                    .as_ref()?
-                    .first()?
-                    .target_port
-                    .clone()
-            })
-            .and_then(|p| match p {
-                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(n) => {
-                    u16::try_from(n).ok()
-                }
-                _ => None,
-            });
-    }
+    let mut inputs = workload::inputs_from_service(spec.steering, kubernetes.as_ref(), base);
 
     // The dedicated proxy certificate, from the cluster CA; the API server's key is never read.
     let ca = match tls::cluster_ca(ctx, cpi).await {

@@ -407,6 +407,29 @@ pub fn rfc3339(t: SystemTime) -> String {
         .unwrap_or_else(|_| format!("{t:?}"))
 }
 
+/// What a served certificate says about itself: subject, subjectAltNames
+/// (`DNS:…`, `IP:…`, sorted) and notAfter. For checking a certificate some
+/// other party serves (the tenant API server through the ingress).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertificateFacts {
+    /// The subject, as `CN=…, O=…`.
+    pub subject: String,
+    /// subjectAltNames, `DNS:` lower case.
+    pub sans: Vec<String>,
+    /// End of validity.
+    pub not_after: SystemTime,
+}
+
+/// Read [`CertificateFacts`] from a DER certificate.
+pub fn certificate_facts(der: &[u8]) -> Result<CertificateFacts, String> {
+    let (_, cert) = X509Certificate::from_der(der).map_err(|e| format!("not X.509: {e}"))?;
+    Ok(CertificateFacts {
+        subject: cert.subject().to_string(),
+        sans: cert_sans(&cert)?,
+        not_after: from_unix(cert.validity().not_after.timestamp()),
+    })
+}
+
 fn cert_sans(cert: &X509Certificate<'_>) -> Result<Vec<String>, String> {
     let ext = cert
         .subject_alternative_name()

@@ -256,6 +256,37 @@ pub fn proxy(
     }))
 }
 
+/// The facts the workload objects depend on, read from the live
+/// `default/kubernetes` Service: its ClusterIP is the service IP, and with
+/// service steering the proxy listens on its targetPort (the API server owns
+/// the Service's ports). The controller renders with these, and `doctor`
+/// compares the live steering with what they render.
+pub fn inputs_from_service(
+    steering: Steering,
+    kubernetes: Option<&Service>,
+    base: WorkloadInputs,
+) -> WorkloadInputs {
+    let mut inputs = base;
+    let spec = kubernetes.and_then(|s| s.spec.as_ref());
+    if let Some(ip) = spec
+        .and_then(|s| s.cluster_ip.as_ref())
+        .and_then(|ip| ip.parse::<IpAddr>().ok())
+    {
+        inputs.service_ip = ip;
+    }
+    if steering == Steering::Service {
+        inputs.proxy_port = spec
+            .and_then(|s| s.ports.as_ref()?.first()?.target_port.clone())
+            .and_then(|p| match p {
+                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(n) => {
+                    u16::try_from(n).ok()
+                }
+                _ => None,
+            });
+    }
+    inputs
+}
+
 /// The proxy certificate a ControlPlaneIngress needs at `now` (SANs from the
 /// cluster domain, service IP and advertise address; [`crate::pki::DEFAULT_VALIDITY`]);
 /// `None` when it needs none (proxy disabled, or not in reencrypt mode).

@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 use crate::harness::*;
 
-const CLUSTER: &str = "wl";
+pub(crate) const CLUSTER: &str = "wl";
 pub(crate) const CA_CRT: &str = include_str!("../workload/fixtures/ca.crt");
 pub(crate) const CA_KEY: &str = include_str!("../workload/fixtures/ca.key");
 
@@ -109,7 +109,7 @@ pub(crate) async fn seed_workload(client: &Client, real: bool) {
 }
 
 /// Management side for `CLUSTER`: its Cluster (initialized), kubeconfig and CA Secrets.
-async fn connect(m: &Management, workload: &Server) {
+pub(crate) async fn connect(m: &Management, workload: &Server) {
     initialized_cluster(m, CLUSTER).await;
     put_secret(
         &m.client,
