@@ -550,7 +550,7 @@ fn start_proxy(dir: &Path) -> (Process, u16, i64) {
 
 /// Every PromQL expression of the dashboard (panel targets) and the alerts,
 /// with where it comes from.
-fn queries() -> Vec<(String, String)> {
+pub fn queries() -> Vec<(String, String)> {
     let chart = crate::chart();
     let mut found = Vec::new();
     let dashboard: Value = serde_json::from_str(

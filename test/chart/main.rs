@@ -73,6 +73,28 @@ pub fn helm() -> Option<PathBuf> {
     None
 }
 
+/// Prometheus's PromQL parser as a tool (`hack/install-promql-names.sh`):
+/// reads expressions on stdin, prints each one's metric names or `error: ...`.
+/// `None` with a note outside CI, a failure under `CI=true`, as [`helm`].
+pub fn promql_names() -> Option<PathBuf> {
+    let out = Command::new("bash")
+        .arg(root().join("hack/install-promql-names.sh"))
+        .arg("--print-path")
+        .output()
+        .expect("bash runs hack/install-promql-names.sh");
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    if path.is_file() {
+        return Some(path);
+    }
+    let how = format!(
+        "{} is not built: run `bash hack/install-promql-names.sh` (Prometheus's PromQL parser, from the Go module proxy)",
+        path.display()
+    );
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "{how}");
+    eprintln!("note: PromQL not parsed by Prometheus: {how}");
+    None
+}
+
 /// Run helm with `args` in the repository root: (success, stdout, stderr).
 pub fn run_helm(helm: &Path, args: &[&str]) -> (bool, String, String) {
     let out = Command::new(helm)

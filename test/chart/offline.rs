@@ -470,3 +470,140 @@ fn chart_version_is_the_crate_version() {
         "Chart.yaml appVersion: the image tag of this release"
     );
 }
+
+#[test]
+fn dashboard_is_a_grafana_dashboard_with_unique_panels_on_the_grid() {
+    let path = chart().join("dashboards/hcp-ingress.json");
+    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(dashboard["uid"], "hcp-ingress");
+    assert!(dashboard["schemaVersion"].as_u64().is_some_and(|v| v >= 36));
+    let variables: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    let mut ids = std::collections::BTreeSet::new();
+    let mut cells = std::collections::BTreeSet::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        let title = panel["title"].as_str().unwrap();
+        assert!(
+            ids.insert(panel["id"].as_u64().unwrap()),
+            "{title}: duplicate panel id"
+        );
+        let grid = &panel["gridPos"];
+        let (x, y, w, h) = (
+            grid["x"].as_u64().unwrap(),
+            grid["y"].as_u64().unwrap(),
+            grid["w"].as_u64().unwrap(),
+            grid["h"].as_u64().unwrap(),
+        );
+        assert!(x + w <= 24, "{title}: wider than the 24-column grid");
+        for cx in x..x + w {
+            for cy in y..y + h {
+                assert!(
+                    cells.insert((cx, cy)),
+                    "{title}: overlaps another panel at ({cx}, {cy})"
+                );
+            }
+        }
+        if panel["type"] == "row" {
+            continue;
+        }
+        assert_eq!(
+            panel["datasource"]["uid"], "${datasource}",
+            "{title}: data source variable"
+        );
+        let targets = panel["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "{title}: no query");
+        for t in targets {
+            let expr = t["expr"].as_str().unwrap();
+            // Every $variable a query uses is defined (Grafana's own ones aside).
+            for var in expr.split('$').skip(1) {
+                let name: String = var
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                assert!(
+                    name.starts_with("__") || variables.contains(&name.as_str()),
+                    "{title}: ${name} is not a dashboard variable"
+                );
+            }
+        }
+    }
+}
+
+/// A dashboard query as Grafana sends it: its variables replaced
+/// (`$__rate_interval` by a duration, the job selectors by "any").
+fn as_sent(expr: &str) -> String {
+    let mut out = expr
+        .replace("$__rate_interval", "5m")
+        .replace("$__interval", "1m");
+    while let Some(at) = out.find('$') {
+        let end = out[at + 1..]
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .map_or(out.len(), |e| at + 1 + e);
+        out.replace_range(at..end, ".*");
+    }
+    out
+}
+
+#[test]
+fn every_query_parses_as_promql_and_names_what_the_extractor_finds() {
+    let Some(tool) = crate::promql_names() else {
+        return;
+    };
+    let queries = crate::live::queries();
+    let input: String = queries
+        .iter()
+        .map(|(_, e)| format!("{}\n", as_sent(e)))
+        .collect();
+    let mut child = std::process::Command::new(&tool)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let lines: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(lines.len(), queries.len(), "one answer per query");
+    for ((at, expr), line) in queries.iter().zip(&lines) {
+        assert!(
+            !line.starts_with("error:"),
+            "{at}: Prometheus refuses {expr:?}: {line}"
+        );
+        let prometheus: std::collections::BTreeSet<String> =
+            line.split_whitespace().map(str::to_string).collect();
+        assert_eq!(
+            crate::promql::metric_names(expr),
+            prometheus,
+            "{at}: test/chart/promql.rs reads other metric names than Prometheus in {expr:?}"
+        );
+    }
+    // And a broken query is refused.
+    let mut child = std::process::Command::new(&tool)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"sum(rate(x[5m])\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("error:"));
+}
