@@ -29,4 +29,4 @@ bash "$(dirname "$0")/kube/build.sh" >/dev/null
 # Go module proxy into ~/.cache/hcp-ingress/tools/bin.
 bash "$(dirname "$0")/install-helm.sh" >/dev/null
 # Prometheus's PromQL parser, for the chart tests' dashboard and alert queries.
-bash "$(dirname "$0")/install-promql-names.sh" >/dev/null
+bash "$(dirname "$0")/install-promql.sh" >/dev/null

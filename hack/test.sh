@@ -15,7 +15,7 @@ done
 bash hack/kube/build.sh >/dev/null
 # helm for the chart tests, built once from the Go module proxy.
 bash hack/install-helm.sh >/dev/null
-bash hack/install-promql-names.sh >/dev/null
+bash hack/install-promql.sh >/dev/null
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 bash hack/audit.sh

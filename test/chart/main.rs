@@ -73,21 +73,21 @@ pub fn helm() -> Option<PathBuf> {
     None
 }
 
-/// Prometheus's PromQL parser as a tool (`hack/install-promql-names.sh`):
+/// Prometheus's PromQL parser as a tool (`hack/install-promql.sh`):
 /// reads expressions on stdin, prints each one's metric names or `error: ...`.
 /// `None` with a note outside CI, a failure under `CI=true`, as [`helm`].
-pub fn promql_names() -> Option<PathBuf> {
+pub fn promql_tool() -> Option<PathBuf> {
     let out = Command::new("bash")
-        .arg(root().join("hack/install-promql-names.sh"))
+        .arg(root().join("hack/install-promql.sh"))
         .arg("--print-path")
         .output()
-        .expect("bash runs hack/install-promql-names.sh");
+        .expect("bash runs hack/install-promql.sh");
     let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     if path.is_file() {
         return Some(path);
     }
     let how = format!(
-        "{} is not built: run `bash hack/install-promql-names.sh` (Prometheus's PromQL parser, from the Go module proxy)",
+        "{} is not built: run `bash hack/install-promql.sh` (Prometheus's PromQL parser, from the Go module proxy)",
         path.display()
     );
     assert!(std::env::var("CI").as_deref() != Ok("true"), "{how}");

@@ -551,7 +551,7 @@ fn as_sent(expr: &str) -> String {
 
 #[test]
 fn every_query_parses_as_promql_and_names_what_the_extractor_finds() {
-    let Some(tool) = crate::promql_names() else {
+    let Some(tool) = crate::promql_tool() else {
         return;
     };
     let queries = crate::live::queries();
@@ -606,4 +606,86 @@ fn every_query_parses_as_promql_and_names_what_the_extractor_finds() {
         .unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("error:"));
+}
+
+/// Run `script` (promqltest format) with `{{Alert}}` replaced by that
+/// alert's expression: (passed, output, alerts used).
+fn eval_alerts(tool: &std::path::Path, script: &str, name: &str) -> (bool, String, Vec<String>) {
+    let rules = yaml_file(&chart().join("alerts/hcp-ingress.rules.yaml"));
+    let exprs: BTreeMap<String, String> = rules["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap())
+        .map(|r| {
+            (
+                r["alert"].as_str().unwrap().to_string(),
+                r["expr"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    // Comments are dropped: they may name the placeholders.
+    let script: String = script
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let mut used = Vec::new();
+    let mut text = String::new();
+    let mut rest = script.as_str();
+    while let Some(at) = rest.find("{{") {
+        let end = rest[at..].find("}}").expect("closed {{") + at;
+        let alert = &rest[at + 2..end];
+        let expr = exprs
+            .get(alert)
+            .unwrap_or_else(|| panic!("{name}: no alert {alert} in the rules file"));
+        text.push_str(&rest[..at]);
+        text.push_str(&format!("({expr})"));
+        used.push(alert.to_string());
+        rest = &rest[end + 2..];
+    }
+    text.push_str(rest);
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("{name}-{}.promqltest", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    let out = std::process::Command::new(tool)
+        .arg("eval")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let output = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), output, used)
+}
+
+#[test]
+fn alerts_fire_on_what_they_are_for_and_not_on_healthy_series() {
+    let Some(tool) = crate::promql_tool() else {
+        return;
+    };
+    let script =
+        std::fs::read_to_string(crate::root().join("test/chart/alerts.promqltest")).unwrap();
+    let (passed, output, used) = eval_alerts(&tool, &script, "alerts");
+    assert!(passed, "test/chart/alerts.promqltest failed:\n{output}");
+    let rules = yaml_file(&chart().join("alerts/hcp-ingress.rules.yaml"));
+    for group in rules["groups"].as_array().unwrap() {
+        for rule in group["rules"].as_array().unwrap() {
+            let alert = rule["alert"].as_str().unwrap();
+            assert!(
+                used.iter().any(|u| u == alert),
+                "alert {alert} is evaluated nowhere in test/chart/alerts.promqltest"
+            );
+        }
+    }
+    // And the evaluation can fail: Paused=False must not fire.
+    let wrong = "load 1m\n  hcp_ingress_controller_controlplaneingress_conditions{type=\"Paused\",status=\"False\",reason=\"NotPaused\"} 3+0x30\n\n\
+                 eval instant at 20m {{HcpIngressConditionFalse}}\n  {type=\"Paused\",reason=\"NotPaused\"} 3\n";
+    let (passed, output, _) = eval_alerts(&tool, wrong, "alerts-wrong");
+    assert!(
+        !passed,
+        "an expectation the alert does not meet passed:\n{output}"
+    );
 }
