@@ -8,6 +8,7 @@
 //! it; elsewhere they print a note and pass, so a laptop without Go still
 //! runs the rest of the suite.
 
+mod k0rdent;
 mod live;
 mod offline;
 mod promql;
@@ -128,7 +129,18 @@ pub fn template(
     values: &[&str],
     sets: &[String],
 ) -> Result<Vec<Value>, String> {
-    let chart = chart();
+    template_chart(helm, &chart(), release, namespace, values, sets)
+}
+
+/// [`template`] of the chart in folder `chart`.
+pub fn template_chart(
+    helm: &Path,
+    chart: &Path,
+    release: &str,
+    namespace: &str,
+    values: &[&str],
+    sets: &[String],
+) -> Result<Vec<Value>, String> {
     let mut args: Vec<String> = vec![
         "template".into(),
         release.into(),
