@@ -26,3 +26,8 @@ fi
 # kube-apiserver, kube-controller-manager, kube-scheduler, kwok), built once
 # per version from the Go module proxy into ~/.cache/hcp-ingress/kube.
 bash "$(dirname "$0")/kube/build.sh" >/dev/null
+# helm for the chart tests (`cargo test --test chart`), built once from the
+# Go module proxy into ~/.cache/hcp-ingress/tools/bin.
+bash "$(dirname "$0")/install-helm.sh" >/dev/null
+# Prometheus's PromQL parser, for the chart tests' dashboard and alert queries.
+bash "$(dirname "$0")/install-promql.sh" >/dev/null

@@ -13,6 +13,9 @@ done
 # The real API servers the controller tests run against: built once per
 # version (minutes the first time), then found in the cache at once.
 bash hack/kube/build.sh >/dev/null
+# helm for the chart tests, built once from the Go module proxy.
+bash hack/install-helm.sh >/dev/null
+bash hack/install-promql.sh >/dev/null
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 bash hack/audit.sh

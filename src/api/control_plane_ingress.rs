@@ -21,20 +21,41 @@ use super::validation::{dns1123_subdomain_schema, port_schema};
     category = "cluster-api",
     status = "ControlPlaneIngressStatus",
     doc = "Exposes a hosted control plane through a shared SNI-passthrough ingress and makes kubernetes.default.svc work through it",
+    // Columns readable before convergence: Ready and its reason are written
+    // on the first reconcile (Unknown comes with a reason saying what is
+    // still unchecked); the proxy count only once a DaemonSet exists.
     printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.clusterName"),
     printcolumn(name = "API host", type_ = "string", json_path = ".spec.ingress.apiHost"),
     printcolumn(name = "Flavor", type_ = "string", json_path = ".status.flavor"),
-    printcolumn(
-        name = "Proxy ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"ProxyReady\")].status"
-    ),
     printcolumn(
         name = "Ready",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
+    ),
+    printcolumn(
+        name = "Proxy nodes",
+        type_ = "integer",
+        description = "Nodes of the workload cluster whose node proxy is ready",
+        json_path = ".status.proxy.readyNodes"
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(
+        name = "Endpoint",
+        type_ = "string",
+        priority = 1,
+        json_path = ".status.endpoint"
+    ),
+    printcolumn(
+        name = "Message",
+        type_ = "string",
+        priority = 1,
+        json_path = ".status.conditions[?(@.type==\"Ready\")].message"
+    ),
     cel,
     validation = Rule::new("!has(self.spec.ingress.konnectivityHost) || self.spec.ingress.konnectivityHost != self.spec.ingress.apiHost")
         .message("must differ from spec.ingress.apiHost: the shared ingress routes by host name")

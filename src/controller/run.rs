@@ -238,6 +238,7 @@ pub async fn run(
         )
         .await;
         generation.cancel();
+        metrics.forget_controlplaneingresses();
         let _ = rediscovery.await;
         let _ = lost.await;
         state.synced.store(false, Ordering::Release);
@@ -467,6 +468,7 @@ async fn run_controllers(
         None => Api::all(client.clone()),
     };
     let (cpis, cpi_changes) = reflect(cpi_api, watch_config(settings), (), token.clone());
+    metrics.count_conditions_of((*cpis).clone());
     // Our own status writes come back through the watch: only a change to
     // what is reconciled from (spec, labels, annotations, finalizers,
     // deletion) asks for another pass.

@@ -385,6 +385,7 @@ async fn install(
     };
     inputs.ca_cert_pem = Some(ca.cert_pem().to_string());
     if let Some((tls, renew_in)) = tls::proxy_certificate(cpi, client, &inputs, &ca).await? {
+        ctx.metrics.proxy_certificate(cpi, &tls.cert_pem);
         inputs.tls = Some(tls);
         requeue = renew_in;
     }

@@ -382,6 +382,14 @@ pub fn renewal_due(
     Renewal::Valid { renew_at: renew }
 }
 
+/// The end of validity (`notAfter`, Unix seconds) of the first certificate
+/// in `cert_pem`, for the expiry metrics; `None` when it does not parse.
+pub fn not_after_unix(cert_pem: &str) -> Option<i64> {
+    let der = first_certificate(cert_pem).ok()?;
+    let (_, cert) = X509Certificate::from_der(&der).ok()?;
+    Some(cert.validity().not_after.timestamp())
+}
+
 /// Whether `key_pem` is the private key of `cert_pem` (a Secret whose two
 /// halves disagree makes the proxy refuse to load it: re-mint).
 pub fn key_matches(cert_pem: &str, key_pem: &str) -> bool {

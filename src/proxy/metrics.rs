@@ -45,6 +45,13 @@ pub struct AddressLabel {
     pub address: String,
 }
 
+/// Label: a certificate file.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FileLabel {
+    /// Its path (`tls.certFile`).
+    pub file: String,
+}
+
 /// Label: outcome of a reload.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
@@ -78,6 +85,9 @@ pub struct Metrics {
     pub connect_seconds: Histogram,
     /// Config and certificate reloads.
     pub reloads: Family<ResultLabel, Counter>,
+    /// `notAfter` of the serving certificate in force; no series without
+    /// one (passthrough modes), so an expiry alert never sees a 0.
+    pub certificate_expiry: Family<FileLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -104,6 +114,7 @@ impl Metrics {
             prometheus_client::metrics::histogram::exponential_buckets(0.0001, 2.0, 16),
         );
         let reloads = Family::<ResultLabel, Counter>::default();
+        let certificate_expiry = Family::<FileLabel, Gauge>::default();
         registry.register(
             "connections",
             "Accepted client connections by path",
@@ -159,6 +170,11 @@ impl Metrics {
             "Config and certificate reloads by result",
             reloads.clone(),
         );
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "End of validity (Unix seconds) of the serving certificate in force",
+            certificate_expiry.clone(),
+        );
         for path in [
             "reencrypt",
             "passthrough",
@@ -167,9 +183,47 @@ impl Metrics {
         ] {
             let _ = connections.get_or_create(&PathLabel { path });
             let _ = active.get_or_create(&PathLabel { path });
+            for direction in ["upstream", "downstream"] {
+                let _ = bytes.get_or_create(&BytesLabel { path, direction });
+            }
         }
-        // Present at 0, so an alert on its rate sees the series from the start.
+        // Present at 0, so an alert on its rate sees the first increment and
+        // a dashboard shows 0 rather than "no data" (the reasons of docs/metrics.md).
         let _ = refused.get_or_create(&ReasonLabel { reason: "limit" });
+        for reason in [
+            "not_tls",
+            "malformed",
+            "oversized",
+            "eof",
+            "io",
+            "timeout",
+            "tls",
+        ] {
+            let _ = handshake_errors.get_or_create(&ReasonLabel { reason });
+        }
+        for reason in [
+            "refused",
+            "connect",
+            "timeout",
+            "tls",
+            "certificate",
+            "exhausted",
+            "health_check",
+            "dns",
+        ] {
+            let _ = upstream_errors.get_or_create(&ReasonLabel { reason });
+        }
+        for reason in ["fds", "memory", "other"] {
+            let _ = accept_errors.get_or_create(&ReasonLabel { reason });
+        }
+        for side in ["client", "upstream"] {
+            for reason in ["reset", "truncated", "timeout", "tls", "io"] {
+                let _ = stream_errors.get_or_create(&StreamLabel { side, reason });
+            }
+        }
+        for result in ["success", "failure"] {
+            let _ = reloads.get_or_create(&ResultLabel { result });
+        }
         Self {
             registry,
             connections,
@@ -183,6 +237,17 @@ impl Metrics {
             stream_errors,
             connect_seconds,
             reloads,
+            certificate_expiry,
+        }
+    }
+
+    /// The serving certificate now in force: its file and `notAfter` (Unix seconds).
+    pub fn serving_certificate(&self, leaf: Option<&(String, i64)>) {
+        self.certificate_expiry.clear();
+        if let Some((file, not_after)) = leaf {
+            self.certificate_expiry
+                .get_or_create(&FileLabel { file: file.clone() })
+                .set(*not_after);
         }
     }
 

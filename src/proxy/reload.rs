@@ -84,6 +84,9 @@ pub async fn run(shared: Arc<Shared>, config_path: PathBuf) {
                 cfg.admin = current.cfg.admin;
                 cfg.max_connections = current.cfg.max_connections;
                 cfg.worker_threads = current.cfg.worker_threads;
+                shared
+                    .metrics
+                    .serving_certificate(new.tls.leaf_not_after.as_ref());
                 shared.state.store(Arc::new(State { cfg, tls: new.tls }));
                 shared.reloaded.notify_waiters();
                 shared

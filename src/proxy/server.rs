@@ -338,6 +338,9 @@ pub async fn run(
         reloaded: Notify::new(),
         revision,
     });
+    shared
+        .metrics
+        .serving_certificate(shared.state.load().tls.leaf_not_after.as_ref());
     if let Some(admin) = cfg.admin {
         let l = bind(admin, 128).map_err(|source| ServerError::Listen {
             addr: admin,

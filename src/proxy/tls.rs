@@ -52,6 +52,9 @@ pub struct TlsMaterial {
     client_h2_h11: Arc<ClientConfig>,
     client_h11: Arc<ClientConfig>,
     client_h2: Arc<ClientConfig>,
+    /// The serving certificate file and its leaf's `notAfter` (Unix
+    /// seconds), for the expiry metric.
+    pub leaf_not_after: Option<(String, i64)>,
 }
 
 struct ServerConfigs {
@@ -142,22 +145,38 @@ fn server_configs(
     })
 }
 
+/// `notAfter` of the first certificate of a PEM chain (the leaf): rustls
+/// has already accepted the chain, so only an unreadable date gives `None`.
+fn leaf_not_after(pem: &[u8]) -> Option<i64> {
+    use x509_parser::prelude::FromDer;
+    let der = CertificateDer::pem_slice_iter(pem).next()?.ok()?;
+    let (_, cert) = x509_parser::certificate::X509Certificate::from_der(&der).ok()?;
+    Some(cert.validity().not_after.timestamp())
+}
+
 impl TlsMaterial {
     /// Build from the config, reading the files now.
     pub fn load(cfg: &Config) -> Result<Self, TlsError> {
         let provider = provider();
         let [client_base, client_h2_h11, client_h11, client_h2] = client_configs(cfg, &provider)?;
-        let server = match &cfg.tls {
-            Some(t) => Some(server_configs(
-                &t.cert_file,
-                &read(&t.cert_file)?,
-                &t.key_file,
-                &read(&t.key_file)?,
-                &provider,
-            )?),
-            None => None,
+        let (server, leaf_not_after) = match &cfg.tls {
+            Some(t) => {
+                let cert_pem = read(&t.cert_file)?;
+                let configs = server_configs(
+                    &t.cert_file,
+                    &cert_pem,
+                    &t.key_file,
+                    &read(&t.key_file)?,
+                    &provider,
+                )?;
+                let expiry =
+                    leaf_not_after(&cert_pem).map(|at| (t.cert_file.display().to_string(), at));
+                (Some(configs), expiry)
+            }
+            None => (None, None),
         };
         Ok(Self {
+            leaf_not_after,
             server,
             client_base,
             client_h2_h11,
@@ -228,6 +247,9 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         write_pki(&dir);
         let m = TlsMaterial::load(&cfg(&dir, "ca.crt", "tls.key")).unwrap();
+        let (file, not_after) = m.leaf_not_after.clone().expect("the leaf's notAfter");
+        assert_eq!(file, dir.join("tls.crt").display().to_string());
+        assert!(not_after > 1_700_000_000, "{not_after}");
         assert!(m.client_for(&[]).alpn_protocols.is_empty());
         assert_eq!(
             m.client_for(&[H2.to_vec(), HTTP11.to_vec()])

@@ -46,11 +46,23 @@ fn crd_has_the_names_columns_and_subresources_kubectl_shows() {
             "Cluster",
             "API host",
             "Flavor",
-            "Proxy ready",
             "Ready",
-            "Age"
+            "Reason",
+            "Proxy nodes",
+            "Age",
+            "Endpoint",
+            "Message"
         ]
     );
+    // The wide-only columns: long text that would push AGE off a terminal.
+    let wide: Vec<_> = version["additionalPrinterColumns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["priority"] == 1)
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(wide, ["Endpoint", "Message"]);
     let spec_schema = &version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
     assert_eq!(
         spec_schema["route"]["properties"]["controller"]["enum"],

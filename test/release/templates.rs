@@ -1,6 +1,6 @@
 //! `templates/`: the k0rdent ClusterTemplate piece (values, schema, template
-//! paths) and the ClusterResourceSet recipe. No `helm` binary runs here, so the
-//! Go templates themselves are not rendered: see the chart README.
+//! paths) and the ClusterResourceSet recipe. The Go templates are rendered
+//! by helm in `test/chart/k0rdent.rs`.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
