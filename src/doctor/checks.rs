@@ -231,6 +231,16 @@ pub fn routes(
             let object = format!("{kind_name} {namespace}/{name}");
             let check = format!("route {kind_name} {name}");
             let Some(live) = live else {
+                if let Some(upstream) = crate::render::upstream_route(cpi).filter(|u| &u.name == name) {
+                    let provider = cpi.spec.upstream.as_ref().map_or("", |u| u.provider.as_str());
+                    return Check::new(
+                        check,
+                        Verdict::Fail,
+                        format!(
+                            "{object} does not exist: {provider} creates it ({upstream} in spec.upstream.route), hcp-ingress makes no second one; check {provider}'s controller and the ingress block of its object"
+                        ),
+                    );
+                }
                 return Check::new(
                     check,
                     Verdict::Fail,
@@ -528,6 +538,18 @@ pub fn steering(
     slice: Option<&EndpointSlice>,
     service: Option<&Service>,
 ) -> Check {
+    if let Some(upstream) = cpi.spec.upstream.as_ref()
+        && let Some(proxy) = &upstream.node_proxy
+    {
+        return Check::new(
+            "steering",
+            Verdict::Skip,
+            format!(
+                "default/kubernetes is steered by {}'s node proxy ({proxy}), not by hcp-ingress",
+                upstream.provider
+            ),
+        );
+    }
     let Some(wanted) = wanted else {
         return Check::new(
             "steering",
@@ -571,9 +593,21 @@ pub fn steering(
 }
 
 /// The node proxy DaemonSet: every desired node runs a ready proxy.
-pub fn proxy(enabled: bool, ds: Option<&DaemonSet>) -> Check {
+pub fn proxy(cpi: &ControlPlaneIngress, enabled: bool, ds: Option<&DaemonSet>) -> Check {
     let name = "node proxy";
     let object = format!("DaemonSet {NAMESPACE}/{NAME}");
+    if let Some(upstream) = cpi.spec.upstream.as_ref()
+        && let Some(proxy) = &upstream.node_proxy
+    {
+        return Check::new(
+            name,
+            Verdict::Skip,
+            format!(
+                "{}'s {proxy} is the node proxy (see the ProxyReady condition); hcp-ingress installs none",
+                upstream.provider
+            ),
+        );
+    }
     if !enabled {
         return Check::new(name, Verdict::Skip, "spec.proxy.enabled is false");
     }

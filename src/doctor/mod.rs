@@ -186,10 +186,18 @@ pub async fn diagnose(
     let mut report = Vec::new();
 
     // The route objects, read first: their status holds the ingress's address.
-    let wanted: Vec<(RouteKind, String)> = render::management(&cpi)?
+    let mut wanted: Vec<(RouteKind, String)> = render::management(&cpi)?
         .iter()
         .map(|o| (RouteKind::of(cpi.spec.flavor()), o.name_any()))
         .collect();
+    // The provider's own route for the API host (k0smotron, Steward): it is a hop too.
+    if let Some(upstream) = render::upstream_route(&cpi)
+        && let Some(kind) = RouteKind::ALL
+            .into_iter()
+            .find(|k| k.gvk().kind == upstream.kind)
+    {
+        wanted.insert(0, (kind, upstream.name.clone()));
+    }
     let mut live = Vec::new();
     for (kind, name) in &wanted {
         let object = probe::get_dynamic(client, &kind.api_resource(), &namespace, name)
@@ -364,7 +372,13 @@ async fn workload_checks(
         state.endpoint_slice.as_ref(),
         state.service.as_ref(),
     ));
-    out.push(checks::proxy(spec.enabled, state.daemon_set.as_ref()));
+    let ours = spec.enabled
+        && cpi
+            .spec
+            .upstream
+            .as_ref()
+            .is_none_or(|u| u.node_proxy.is_none());
+    out.push(checks::proxy(cpi, ours, state.daemon_set.as_ref()));
     out.push(checks::ccm(cpi, &state.ccm_found, &state.ccm_missing));
     out
 }

@@ -38,6 +38,8 @@ use crate::{
 };
 
 const HOST: &str = "api.wl.example.com";
+/// The route the controller makes for the ControlPlaneIngress `CLUSTER`.
+const ROUTE: &str = "hcp-ingress-wl";
 /// Where the stand-in ingress listens, and what its route's status reports.
 const INGRESS_IP: &str = "127.0.0.1";
 /// Somewhere else on loopback, where nothing listens: the "wrong" DNS answer.
@@ -314,12 +316,12 @@ async fn doctor_passes_a_converged_tenant_and_names_each_fault_with_its_fix() {
     // What the ingress controller and the kubelets would report.
     let ingresses = routes(&m.client, RouteKind::Ingress);
     eventually("the Ingress", || async {
-        ingresses.get_opt(CLUSTER).await.ok()?
+        ingresses.get_opt(ROUTE).await.ok()?
     })
     .await;
     ingresses
         .patch_status(
-            CLUSTER,
+            ROUTE,
             &PatchParams::default(),
             &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": INGRESS_IP}]}}})),
         )
@@ -407,7 +409,7 @@ async fn doctor_passes_a_converged_tenant_and_names_each_fault_with_its_fix() {
         .collect();
     for name in [
         "dns api.wl.example.com",
-        "route Ingress wl",
+        "route Ingress hcp-ingress-wl",
         "tls api.wl.example.com",
         "workload api",
         "steering",
@@ -618,12 +620,12 @@ async fn doctor_passes_a_converged_tenant_and_names_each_fault_with_its_fix() {
 
     // Fault 5, no route: the Ingress is deleted.
     ingresses
-        .delete(CLUSTER, &DeleteParams::default())
+        .delete(ROUTE, &DeleteParams::default())
         .await
         .unwrap();
     eventually("the Ingress to be gone", || async {
         ingresses
-            .get_opt(CLUSTER)
+            .get_opt(ROUTE)
             .await
             .ok()
             .and_then(|o| o.is_none().then_some(()))
@@ -631,10 +633,15 @@ async fn doctor_passes_a_converged_tenant_and_names_each_fault_with_its_fix() {
     .await;
     let run = run_doctor(dns_flag.clone()).await;
     assert_eq!(run.code, 1, "{}", run.stdout);
-    assert_eq!(run.failed(), ["route Ingress wl"], "{}", run.stdout);
+    assert_eq!(
+        run.failed(),
+        ["route Ingress hcp-ingress-wl"],
+        "{}",
+        run.stdout
+    );
     assert!(
-        run.row("route Ingress wl")
-            .contains("Ingress tenants/wl does not exist: the controller creates it"),
+        run.row("route Ingress hcp-ingress-wl")
+            .contains("Ingress tenants/hcp-ingress-wl does not exist: the controller creates it"),
         "{}",
         run.stdout
     );
@@ -662,7 +669,12 @@ async fn doctor_passes_a_converged_tenant_and_names_each_fault_with_its_fix() {
     )
     .await;
     assert_eq!(run.code, 1, "{}", run.stdout);
-    assert_eq!(run.failed(), ["route Ingress wl"], "{}", run.stdout);
+    assert_eq!(
+        run.failed(),
+        ["route Ingress hcp-ingress-wl"],
+        "{}",
+        run.stdout
+    );
     assert!(
         run.row("dns api.wl.example.com")
             .contains("resolves to 127.0.0.1, the shared ingress (--ingress-address)"),

@@ -426,13 +426,46 @@ fn proxy_ready_counts() {
             "status": {"desiredNumberScheduled": desired, "numberReady": ready, "currentNumberScheduled": desired, "numberMisscheduled": 0}}))
         .unwrap()
     };
-    assert_eq!(proxy(true, Some(&ds(3, 3))).verdict, Verdict::Pass);
-    let partial = proxy(true, Some(&ds(3, 1)));
+    let c = cpi(json!({}));
+    assert_eq!(proxy(&c, true, Some(&ds(3, 3))).verdict, Verdict::Pass);
+    let partial = proxy(&c, true, Some(&ds(3, 1)));
     assert_eq!(partial.verdict, Verdict::Fail);
     assert!(partial.detail.starts_with("1/3 nodes"));
-    assert_eq!(proxy(true, Some(&ds(0, 0))).verdict, Verdict::Warn);
-    assert_eq!(proxy(true, None).verdict, Verdict::Fail);
-    assert_eq!(proxy(false, None).verdict, Verdict::Skip);
+    assert_eq!(proxy(&c, true, Some(&ds(0, 0))).verdict, Verdict::Warn);
+    assert_eq!(proxy(&c, true, None).verdict, Verdict::Fail);
+    assert_eq!(proxy(&c, false, None).verdict, Verdict::Skip);
+}
+
+#[test]
+fn a_providers_own_route_and_node_proxy_are_named_as_theirs() {
+    let k0smotron = cpi(json!({"spec": {"upstream": {"provider": "k0smotron",
+        "route": {"kind": "Ingress", "name": "kmc-wl", "namespace": "tenants"}, "routeIncludesKonnectivity": true,
+        "nodeProxy": {"kind": "DaemonSet", "name": "k0smotron-haproxy", "namespace": "default"}}}}));
+    let missing = routes(
+        &k0smotron,
+        &[(RouteKind::Ingress, "kmc-wl".into())],
+        &[None],
+    );
+    assert_eq!(missing[0].verdict, Verdict::Fail);
+    assert!(
+        missing[0].detail.contains("k0smotron creates it"),
+        "{}",
+        missing[0].detail
+    );
+    let node = proxy(&k0smotron, false, None);
+    assert_eq!(node.verdict, Verdict::Skip);
+    assert!(
+        node.detail.contains("DaemonSet default/k0smotron-haproxy"),
+        "{}",
+        node.detail
+    );
+    let steered = steering(&k0smotron, None, None, None, None);
+    assert_eq!(steered.verdict, Verdict::Skip);
+    assert!(
+        steered.detail.contains("k0smotron's node proxy"),
+        "{}",
+        steered.detail
+    );
 }
 
 fn ccm_deployment(env: serde_json::Value) -> DynamicObject {
