@@ -11,6 +11,7 @@ mod metrics;
 pub mod probe;
 mod reconcile;
 pub(crate) mod redact;
+mod route;
 mod run;
 mod sources;
 pub mod status;

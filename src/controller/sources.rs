@@ -84,6 +84,11 @@ fn backoff_key(sctx: &SourceContext, obj: &DynamicObject) -> String {
     )
 }
 
+#[tracing::instrument(
+    name = "derive",
+    skip_all,
+    fields(source = %backoff_key(&sctx, &obj), generation = obj.metadata.generation)
+)]
 async fn reconcile(obj: Arc<DynamicObject>, sctx: Arc<SourceContext>) -> Result<Action, Error> {
     let key = backoff_key(&sctx, &obj);
     let result = derive_and_apply(obj, &sctx).await;

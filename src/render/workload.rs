@@ -1,4 +1,4 @@
-//! Workload-cluster objects of a ControlPlaneIngress (issue 6), pure: the
+//! Workload-cluster objects of a ControlPlaneIngress, pure: the
 //! node proxy (ConfigMap with its config, Secret with its certificate,
 //! DaemonSet), the steering of `kubernetes.default.svc` to it, and the
 //! partial objects that set `KUBERNETES_SERVICE_HOST/PORT` on the

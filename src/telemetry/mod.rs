@@ -41,6 +41,13 @@ pub fn init_logging(format: LogFormat, default_level: &str) {
 pub mod admin;
 
 /// Flush and stop trace export (a no-op without the `telemetry` feature).
+/// The trace id of the current span when traces are exported (the
+/// `telemetry` feature and `OTEL_EXPORTER_OTLP_ENDPOINT`), for log lines and
+/// Events that point at the trace.
+pub fn trace_id() -> Option<String> {
+    otlp::trace_id()
+}
+
 pub fn shutdown() {
     otlp::shutdown();
 }
@@ -88,6 +95,17 @@ mod otlp {
             let _ = provider.shutdown();
         }
     }
+
+    /// The OpenTelemetry trace id of the current span, when traces are exported.
+    pub fn trace_id() -> Option<String> {
+        use opentelemetry::trace::TraceContextExt as _;
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        PROVIDER.get()?;
+        let context = tracing::Span::current().context();
+        let span = context.span();
+        let id = span.span_context().trace_id();
+        (id != opentelemetry::trace::TraceId::INVALID).then(|| id.to_string())
+    }
 }
 
 #[cfg(not(feature = "telemetry"))]
@@ -98,4 +116,9 @@ mod otlp {
     }
 
     pub fn shutdown() {}
+
+    /// No trace ids without the `telemetry` feature.
+    pub fn trace_id() -> Option<String> {
+        None
+    }
 }

@@ -1,0 +1,196 @@
+//! The route stage of a reconciliation: apply the route objects of the
+//! flavor, unless the control plane's provider makes the route itself or
+//! another object already routes our hosts, and delete the ones no longer
+//! wanted. Decisions come from `render` (what to route, what conflicts);
+//! this is the I/O around them.
+
+use std::collections::BTreeSet;
+
+use kube::{
+    ResourceExt,
+    api::DynamicObject,
+    runtime::{events::EventType, reflector::ObjectRef},
+};
+
+use super::{
+    Context, Error, apply,
+    status::{Desired, types},
+};
+use crate::{
+    api::{ControlPlaneIngress, UpstreamObject},
+    render::{self, RouteKind, conflict},
+};
+
+/// Apply the route, unless it is not ours to make: the control plane's
+/// provider makes it (`spec.upstream.route`), or another object already routes
+/// one of our hosts on the same ingress, or holds the name. Those are
+/// reported, never overwritten and never doubled.
+pub(super) async fn apply(
+    ctx: &Context,
+    cpi: &ControlPlaneIngress,
+    desired: &[DynamicObject],
+) -> Result<Desired, Error> {
+    let flavor = cpi.spec.flavor();
+    let kind = RouteKind::of(flavor);
+    let upstream = render::upstream_route(cpi).map(|u| upstream_route(ctx, cpi, u));
+    if desired.is_empty()
+        && let Some(upstream) = upstream
+    {
+        return Ok(upstream);
+    }
+    if !cpi.spec.ingress.deploy {
+        return Ok(Desired::ok(
+            types::ROUTE_READY,
+            "DeployDisabled",
+            "spec.ingress.deploy is false: no route is managed",
+        ));
+    }
+    let Some(store) = ctx.routes.get(&kind) else {
+        let gvk = kind.gvk();
+        let message = format!(
+            "{} ({}/{}) is not installed in the management cluster: install its CRD for the {flavor} flavor; the route is created as soon as it is",
+            gvk.kind, gvk.group, gvk.version
+        );
+        ctx.event(
+            cpi,
+            EventType::Warning,
+            "RouteKindNotInstalled",
+            "Apply",
+            message.clone(),
+        )
+        .await;
+        return Ok(Desired::failed(
+            types::ROUTE_READY,
+            "RouteKindNotInstalled",
+            message,
+        ));
+    };
+    let everything = store.state();
+    let mut conflicts = conflict::route_conflicts(cpi, kind, everything.iter().map(|o| o.as_ref()));
+    for object in desired {
+        if let Some(existing) = store.get(&ObjectRef::from_obj_with(object, kind.api_resource()))
+            && !conflict::controlled_by(&existing, cpi)
+        {
+            conflicts.push(format!(
+                "{} {}/{} exists and is controlled by {}: it is not ours to overwrite",
+                kind.gvk().kind,
+                existing.namespace().unwrap_or_default(),
+                existing.name_any(),
+                conflict::controller_of(&existing)
+            ));
+        }
+    }
+    if !conflicts.is_empty() {
+        let message = format!(
+            "no route was applied: {}; remove the other route or change spec.ingress.apiHost",
+            conflicts.join("; ")
+        );
+        ctx.event(
+            cpi,
+            EventType::Warning,
+            "RouteConflict",
+            "Apply",
+            message.clone(),
+        )
+        .await;
+        return Ok(Desired::failed(
+            types::ROUTE_READY,
+            "RouteConflict",
+            message,
+        ));
+    }
+    let api = ctx.route_api(kind, cpi);
+    let mut names = Vec::new();
+    for object in desired.iter().cloned() {
+        let existing = store.get(&ObjectRef::from_obj_with(&object, kind.api_resource()));
+        names.push(object.name_any());
+        apply::apply(ctx, &api, object, existing.as_deref()).await?;
+    }
+    let applied = format!("{} {} ({flavor})", kind.gvk().kind, names.join(", "));
+    Ok(match upstream {
+        // The provider routes the API host, we the rest: both must be there.
+        Some(mut upstream) => {
+            upstream.message = format!(
+                "{applied} routes the hosts it leaves out; {}",
+                upstream.message
+            );
+            upstream
+        }
+        None => Desired::ok(types::ROUTE_READY, "Applied", applied),
+    })
+}
+
+/// The provider's own route: ready once it exists (our route watches see every object of the kind).
+fn upstream_route(ctx: &Context, cpi: &ControlPlaneIngress, upstream: &UpstreamObject) -> Desired {
+    let provider = cpi
+        .spec
+        .upstream
+        .as_ref()
+        .map_or("the control plane's provider", |u| u.provider.as_str());
+    let namespace = upstream
+        .namespace
+        .clone()
+        .or_else(|| cpi.namespace())
+        .unwrap_or_default();
+    let kind = RouteKind::ALL
+        .into_iter()
+        .find(|k| k.gvk().kind == upstream.kind);
+    let found = kind
+        .and_then(|k| ctx.routes.get(&k).map(|store| (k, store)))
+        .and_then(|(k, store)| {
+            store.get(&ObjectRef::new_with(&upstream.name, k.api_resource()).within(&namespace))
+        });
+    let what = format!("{} {namespace}/{}", upstream.kind, upstream.name);
+    match found {
+        Some(_) => Desired::ok(
+            types::ROUTE_READY,
+            "ManagedByUpstream",
+            format!(
+                "{provider} routes {} with its {what}; hcp-ingress makes no second route",
+                cpi.spec.ingress.api_host
+            ),
+        ),
+        None => Desired::failed(
+            types::ROUTE_READY,
+            "UpstreamRouteMissing",
+            format!(
+                "waiting for {provider} to create its {what} (spec.upstream.route); hcp-ingress makes no second route"
+            ),
+        ),
+    }
+}
+
+/// Delete route objects this ControlPlaneIngress controls that it no longer
+/// wants (flavor switched, `deploy: false`, konnectivity host removed). Only
+/// objects whose controller reference is this very object are candidates.
+pub(super) async fn delete_stale(
+    ctx: &Context,
+    cpi: &ControlPlaneIngress,
+    desired: &[DynamicObject],
+) -> Result<(), Error> {
+    let Some(uid) = cpi.uid() else { return Ok(()) };
+    let wanted: BTreeSet<(String, String)> = desired
+        .iter()
+        .map(|o| {
+            (
+                o.types.as_ref().map(|t| t.kind.clone()).unwrap_or_default(),
+                o.name_any(),
+            )
+        })
+        .collect();
+    for (kind, store) in &ctx.routes {
+        let stale = store.state_filter(|o| {
+            o.namespace() == cpi.namespace()
+                && o.owner_references()
+                    .iter()
+                    .any(|r| r.controller == Some(true) && r.uid == uid)
+                && !wanted.contains(&(kind.gvk().kind, o.name_any()))
+        });
+        let api = ctx.route_api(*kind, cpi);
+        for object in stale {
+            tracing::info!(object = %render::describe(cpi), kind = %kind.gvk().kind, name = %object.name_any(), "deleting a route object no longer wanted");
+            apply::delete(ctx, &api, &object).await?;
+        }
+    }
+    Ok(())
+}
