@@ -14,6 +14,8 @@ use kube::{
 };
 use serde_json::{Value, json};
 
+use hcp_ingress::render::RouteKind;
+
 use crate::{
     harness::*,
     workload::{CA_CRT, CA_KEY, initialized_cluster, put_secret, workload_cluster},
@@ -203,6 +205,21 @@ async fn each_upstreams_example_ends_with_one_control_plane_ingress_and_one_rout
         "steward",
     )
     .await;
+    // Steward with Traefik: its IngressRouteTCP routes both hosts (and claims
+    // kubernetes.default.svc by SNI, which we never do).
+    let mut traefik: Value =
+        serde_saphyr::from_str(&example("steward-tenantcontrolplane.yaml")).unwrap();
+    traefik["metadata"] = json!({"name": "tenant-07", "namespace": NS});
+    traefik["spec"]["controlPlane"]["ingress"] =
+        json!({"hostname": "tenant-07.k8s.example.com", "controllerType": "traefik"});
+    let steward = apply_value(&m.client, traefik).await;
+    let sni = "HostSNI(`tenant-07.k8s.example.com`) || HostSNI(`kubernetes`) || HostSNI(`kubernetes.default`) || HostSNI(`kubernetes.default.svc`)";
+    apply_as(&m.client, json!({"apiVersion": "traefik.io/v1alpha1", "kind": "IngressRouteTCP",
+        "metadata": {"name": "tenant-07", "namespace": NS, "ownerReferences": controlled_by(&steward)},
+        "spec": {"entryPoints": ["websecure"], "tls": {"passthrough": true}, "routes": [
+            {"match": sni, "services": [{"name": "tenant-07", "port": 6443}]},
+            {"match": "HostSNI(`tenant-07.konnectivity.example.com`)", "services": [{"name": "tenant-07", "port": 8132}]}]}}),
+        "steward").await;
 
     // One ControlPlaneIngress per cluster, derived from the source that says most.
     for (cluster, name, reason) in [
@@ -210,6 +227,7 @@ async fn each_upstreams_example_ends_with_one_control_plane_ingress_and_one_rout
         ("tenant-03", "tenant-03", "ManagedByUpstream"),
         ("tenant-05", "tenant-05", "Applied"),
         ("tenant-06", "tenant-06", "ManagedByUpstream"),
+        ("tenant-07", "tenant-07", "ManagedByUpstream"),
     ] {
         let (got, message) = wait_condition(&m.client, name, "RouteReady", "True").await;
         assert_eq!(got, reason, "{cluster}: {message}");
@@ -276,6 +294,19 @@ async fn each_upstreams_example_ends_with_one_control_plane_ingress_and_one_rout
             "{host}"
         );
     }
+    let traefik_routes: Vec<String> = routes(&m.client, RouteKind::IngressRouteTcp)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|r| r.name_any())
+        .collect();
+    assert_eq!(
+        traefik_routes,
+        ["tenant-07"],
+        "Steward's IngressRouteTCP and no second one"
+    );
     // The Kamaji example has everything the path needs; the addon's Ingress field for field.
     let (reason, message) = wait_condition(&m.client, "tenant-05", "Preflight", "True").await;
     assert_eq!(reason, "Passed", "{message}");
@@ -524,5 +555,77 @@ async fn a_standalone_kamaji_tenant_gets_its_workload_side_through_the_admin_kub
             .await
             .unwrap();
     assert_eq!(slice.endpoints[0].addresses, ["240.0.0.1"]);
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_stewards_tcp_proxy_in_the_tenant_we_add_only_the_ccm_override() {
+    let m = management(&[]).await;
+    let w = workload_cluster().await;
+    let wc = w.client();
+    // What Steward deploys into the tenant with `addons.tcpProxy`, and the
+    // EndpointSlice its tcp-proxy keeps rewriting.
+    let steward = PatchParams::apply("steward").force();
+    let deployments: Api<Deployment> = Api::namespaced(wc.clone(), "kube-system");
+    let tcp_proxy = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "steward-tcp-proxy", "namespace": "kube-system", "labels": {"steward.butlerlabs.dev/project": "steward"}},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "steward-tcp-proxy"}}, "template": {"metadata": {"labels": {"app": "steward-tcp-proxy"}},
+            "spec": {"hostNetwork": true, "containers": [{"name": "tcp-proxy", "image": "ghcr.io/butlerdotdev/steward-tcp-proxy:v0.2.0"}]}}}});
+    deployments
+        .patch("steward-tcp-proxy", &steward, &Patch::Apply(&tcp_proxy))
+        .await
+        .unwrap();
+    deployments
+        .patch_status(
+            "steward-tcp-proxy",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"replicas": 2, "readyReplicas": 2}})),
+        )
+        .await
+        .unwrap();
+    let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+        Api::namespaced(wc.clone(), "default");
+    slices
+        .patch("kubernetes", &steward, &Patch::Apply(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "kubernetes", "namespace": "default",
+                         "labels": {"kubernetes.io/service-name": "kubernetes", "endpointslice.kubernetes.io/managed-by": "steward-tcp-proxy"}},
+            "addressType": "IPv4", "endpoints": [{"addresses": ["10.96.0.42"], "conditions": {"ready": true}}],
+            "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]})))
+        .await
+        .unwrap();
+    let before = slices.get("kubernetes").await.unwrap();
+
+    let running = connect_and_start(
+        &m,
+        &w,
+        ("tenant-06-admin-kubeconfig", "admin.conf"),
+        "tenant-06",
+        "steward-tenantcontrolplane.yaml",
+    )
+    .await;
+    let (reason, message) = wait_condition(&m.client, "tenant-06", "ProxyReady", "True").await;
+    assert_eq!(reason, "ManagedByUpstream");
+    assert!(
+        message.contains("Deployment kube-system/steward-tcp-proxy") && message.contains("2/2"),
+        "{message}"
+    );
+    wait_condition(&m.client, "tenant-06", "CCMConfigured", "True").await;
+    let ccm = deployments.get("cloud-controller-manager").await.unwrap();
+    let env = ccm.spec.unwrap().template.spec.unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap();
+    assert!(
+        env.iter().any(|e| e.name == "KUBERNETES_SERVICE_HOST"
+            && e.value.as_deref() == Some("tenant-06.k8s.example.com")),
+        "{env:?}"
+    );
+    let ours: Api<DaemonSet> = Api::namespaced(wc.clone(), "kube-system");
+    assert!(ours.get_opt("hcp-ingress-proxy").await.unwrap().is_none());
+    let after = slices.get("kubernetes").await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version, before.metadata.resource_version,
+        "Steward's EndpointSlice is never written"
+    );
     running.stop().await;
 }
