@@ -282,7 +282,7 @@ async fn switching_flavor_replaces_the_route_and_deploy_false_removes_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_paused_cluster_gets_no_writes_until_resumed() {
+async fn a_paused_cluster_gets_only_its_paused_status_until_resumed() {
     let m = management(&[]).await;
     let cluster = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
         "metadata": {"name": "paused", "namespace": NS}, "spec": {"paused": true}});
@@ -302,6 +302,22 @@ async fn a_paused_cluster_gets_no_writes_until_resumed() {
             .unwrap()
             .is_none(),
         "no route while paused"
+    );
+    // The only thing written while paused is the status that says so: no
+    // route, no finalizer, no owner reference (clusterctl move relies on it).
+    let paused_writes: Vec<String> = writes(&m.api)
+        .into_iter()
+        .filter(|w| w.contains("/controlplaneingresses/paused") || w.contains("/ingresses"))
+        .collect();
+    assert!(
+        !paused_writes.is_empty(),
+        "the Paused condition was written"
+    );
+    assert!(
+        paused_writes
+            .iter()
+            .all(|w| w.contains("/controlplaneingresses/paused/status")),
+        "only status writes while paused: {paused_writes:#?}"
     );
 
     let mut resumed = cluster;
