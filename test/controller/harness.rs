@@ -140,6 +140,7 @@ impl Server {
                         field_manager: None,
                         user_agent: format!("{} {}", r.user, r.user_agent),
                         status: r.status,
+                        at: None,
                     })
                     .collect()
             }

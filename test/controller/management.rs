@@ -444,6 +444,25 @@ async fn api_failures_are_retried_with_backoff_until_convergence() {
         failed.len() >= 3,
         "the injected failures were hit: {failed:?}"
     );
+    // The route's applies were retried with growing delays, not in a hot loop.
+    let applies: Vec<std::time::Instant> = m
+        .api
+        .request_log()
+        .into_iter()
+        .filter(|r| r.verb == "apply" && r.path.contains("/ingresses/"))
+        .filter_map(|r| r.at)
+        .collect();
+    assert!(
+        applies.len() >= 4,
+        "three failures and a success: {applies:?}"
+    );
+    let gaps: Vec<Duration> = applies.windows(2).take(3).map(|w| w[1] - w[0]).collect();
+    // (A watch event may bring the first retry early; from then on the
+    // per-object backoff spaces them: 2 s, then 4 s.)
+    assert!(
+        gaps[1] >= Duration::from_secs(1) && gaps[2] >= gaps[1] + Duration::from_secs(1),
+        "retries back off with growing delays: {gaps:?}"
+    );
     running.stop().await;
 }
 

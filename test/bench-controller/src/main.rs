@@ -764,6 +764,7 @@ impl Management {
                         field_manager: None,
                         user_agent: r.user.clone(),
                         status: r.status,
+                        at: None,
                     })
                     .collect();
                 let mut stats = stats(&log);

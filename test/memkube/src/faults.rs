@@ -25,6 +25,9 @@ pub struct RequestRecord {
     pub user_agent: String,
     /// Response status code.
     pub status: u16,
+    /// When it was answered (`None` for records read from elsewhere, such as
+    /// a real API server's audit log): retries and their spacing can be told.
+    pub at: Option<std::time::Instant>,
 }
 
 impl RequestRecord {

@@ -191,6 +191,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         field_manager: query.get("fieldManager").map(String::from),
         user_agent: user_agent.clone(),
         status,
+        at: Some(std::time::Instant::now()),
     };
     if let Some(code) = shared.hooks.take_failure(&verb, &path).or(fate.fail) {
         shared.hooks.record(record(code));
