@@ -6,6 +6,7 @@
 //! `probe` are the pieces the stages use.
 
 mod apply;
+mod discovery;
 mod leader;
 mod metrics;
 pub mod probe;

@@ -1,5 +1,5 @@
-//! Wiring: discovery of the installed kinds, the watches, leader election,
-//! the admin endpoints, and restarts when a relevant CRD comes or goes.
+//! Wiring: the watches, leader election, the admin endpoints, and restarts
+//! when a relevant CRD comes or goes (`discovery` finds them).
 
 use std::{
     collections::HashMap,
@@ -12,11 +12,9 @@ use std::{
 };
 
 use futures::{StreamExt, future::join_all};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
     Api, Client, ResourceExt,
     api::{ApiResource, DynamicObject},
-    discovery,
     runtime::{
         Controller, Predicate, WatchStreamExt,
         controller::Config,
@@ -29,11 +27,13 @@ use kube::{
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Backoff, Cache, Context, ControllerArgs, Error, Leader, LeaseConfig, Metrics, Tuning, leader,
+    Backoff, Cache, Context, ControllerArgs, Error, Leader, LeaseConfig, Metrics, Tuning,
+    discovery::{Installed, discover, restart_on_change},
+    leader,
     reconcile::{error_policy, reconcile},
     sources,
 };
-use crate::{api::ControlPlaneIngress, render::RouteKind, sources::SourceKind, telemetry::admin};
+use crate::{api::ControlPlaneIngress, sources::SourceKind, telemetry::admin};
 
 /// Everything `run` needs, from flags or from a test.
 #[derive(Clone, Debug)]
@@ -248,144 +248,6 @@ pub async fn run(
         let _ = task.await;
     }
     Ok(())
-}
-
-/// The kinds installed in the management cluster that we watch.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Installed {
-    routes: HashMap<RouteKind, ApiResource>,
-    sources: Vec<(SourceKind, ApiResource)>,
-    cluster: Option<ApiResource>,
-}
-
-/// The installed kinds, and whether every lookup answered: `false` when a
-/// group failed to answer (not a 404), so the result may miss kinds that are
-/// in fact installed.
-async fn discover(client: &Client, wanted: &[SourceKind]) -> (Installed, bool) {
-    let mut cache = HashMap::new();
-    let mut routes = HashMap::new();
-    for kind in RouteKind::ALL {
-        let gvk = kind.gvk();
-        if let Some(g) = group(client, &mut cache, &gvk.group).await
-            && let Some((resource, _)) = g
-                .versioned_resources(&gvk.version)
-                .into_iter()
-                .find(|(r, _)| r.kind == gvk.kind)
-        {
-            routes.insert(kind, resource);
-        }
-    }
-    let mut sources = Vec::new();
-    for kind in wanted {
-        let (group_name, kind_name) = kind.group_kind();
-        if let Some(g) = group(client, &mut cache, group_name).await
-            && let Some((resource, _)) = g.recommended_kind(kind_name)
-        {
-            sources.push((*kind, resource));
-        }
-    }
-    let cluster = match group(client, &mut cache, "cluster.x-k8s.io").await {
-        Some(g) => g.recommended_kind("Cluster").map(|(r, _)| r),
-        None => None,
-    };
-    let complete = cache.values().all(Result::is_ok);
-    let installed = Installed {
-        routes,
-        sources,
-        cluster,
-    };
-    (installed, complete)
-}
-
-/// One API group from discovery, looked up once per discovery round:
-/// Ok(None) when it is not installed, Err(()) when discovery failed.
-type GroupLookup = Result<Option<Arc<discovery::ApiGroup>>, ()>;
-
-/// One API group from discovery, looked up once per discovery round.
-async fn group(
-    client: &Client,
-    cache: &mut HashMap<String, GroupLookup>,
-    name: &str,
-) -> Option<Arc<discovery::ApiGroup>> {
-    if let Some(found) = cache.get(name) {
-        return found.clone().ok().flatten();
-    }
-    let found = match discovery::group(client, name).await {
-        Ok(group) => Ok(Some(Arc::new(group))),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
-        Err(error) => {
-            tracing::warn!(%error, group = name, "discovery failed; looking again soon");
-            Err(())
-        }
-    };
-    cache.insert(name.to_string(), found.clone());
-    found.ok().flatten()
-}
-
-/// Cancel `generation` when the set of installed kinds changes: on CRD
-/// events of the groups we care about, and every `rediscover` anyway. A
-/// discovery that failed is never taken for a change (a kind would look
-/// removed); after one, discovery is repeated every `retry` until it answers.
-async fn restart_on_change(
-    client: Client,
-    settings: Settings,
-    (installed, mut complete): (Installed, bool),
-    generation: CancellationToken,
-) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let mut events = watcher(crds, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    let mut synced = false;
-    let period = |complete: bool| {
-        if complete {
-            settings.rediscover
-        } else {
-            settings.timing.retry
-        }
-    };
-    let mut deadline = tokio::time::Instant::now() + period(complete);
-    loop {
-        // How many looks: a CRD event asks for a few (a new CRD shows up in
-        // discovery once established), the periodic check for one.
-        let looks = tokio::select! {
-            _ = generation.cancelled() => return,
-            _ = tokio::time::sleep_until(deadline) => 1,
-            event = events.next() => match event {
-                Some(Ok(watcher::Event::InitDone)) => { synced = true; 0 }
-                Some(Ok(watcher::Event::Apply(crd) | watcher::Event::Delete(crd))) if synced && relevant_group(&crd) => 10,
-                Some(_) => 0,
-                None => return,
-            },
-        };
-        if looks == 0 {
-            continue;
-        }
-        for _ in 0..looks {
-            let (now, answered) = discover(&client, &settings.sources).await;
-            complete = answered;
-            if answered && now != installed {
-                tracing::info!("installed kinds changed: restarting the watches");
-                generation.cancel();
-                return;
-            }
-            if !answered {
-                break;
-            }
-            tokio::select! {
-                _ = generation.cancelled() => return,
-                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-            }
-        }
-        deadline = tokio::time::Instant::now() + period(complete);
-    }
-}
-
-fn relevant_group(crd: &CustomResourceDefinition) -> bool {
-    let group = crd.spec.group.as_str();
-    RouteKind::ALL.iter().any(|k| k.gvk().group == group)
-        || SourceKind::ALL.iter().any(|k| k.group_kind().0 == group)
-        || group == "cluster.x-k8s.io"
 }
 
 /// A watch cache filled by its own task, and the stream of its changes for
