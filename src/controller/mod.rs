@@ -7,6 +7,7 @@
 
 mod apply;
 mod discovery;
+mod endpoint;
 mod leader;
 mod metrics;
 pub mod probe;

@@ -16,6 +16,7 @@ mod cleanup;
 mod client;
 mod steering;
 mod tls;
+mod upstream;
 
 pub use cleanup::{Removal, cleanup};
 pub use client::Clients;
@@ -25,7 +26,7 @@ use super::{
     status::{Desired, types},
 };
 use crate::{
-    api::{ControlPlaneIngress, UpstreamObject},
+    api::ControlPlaneIngress,
     render::workload::{self, NAME, NAMESPACE, WorkloadInputs},
 };
 
@@ -84,7 +85,7 @@ pub async fn reconcile(
             // Installed before: opting out gives default/kubernetes back, then removes the proxy.
             Some(_) => opt_out(ctx, cpi).await,
             None => match upstream_proxy {
-                Some(upstream) => complement(ctx, cpi, cluster, upstream).await,
+                Some(upstream) => upstream::complement(ctx, cpi, cluster, upstream).await,
                 None => Outcome {
                     conditions: disabled(),
                     proxy: None,
@@ -123,113 +124,6 @@ fn not_initialized(ctx: &Context, cluster: Option<&DynamicObject>) -> Option<Out
             requeue: Some(ctx.settings.retry),
         }
     })
-}
-
-/// The control plane's provider runs its own node proxy and owns
-/// `default/kubernetes`: leave both to it, report on its proxy, and do what
-/// it does not (the CCM override).
-async fn complement(
-    ctx: &Context,
-    cpi: &ControlPlaneIngress,
-    cluster: Option<&DynamicObject>,
-    upstream: &UpstreamObject,
-) -> Outcome {
-    if let Some(waiting) = not_initialized(ctx, cluster) {
-        return waiting;
-    }
-    let provider = cpi
-        .spec
-        .upstream
-        .as_ref()
-        .map_or("the provider", |u| u.provider.as_str());
-    let result = async {
-        let client = ctx.workload_clients.of(&ctx.client, cpi).await?;
-        let mut conditions = vec![Desired::ok(
-            types::WORKLOAD_REACHABLE,
-            "Connected",
-            "the workload API answers through the kubeconfig Secret",
-        )];
-        let namespace = upstream.namespace.as_deref().unwrap_or("default");
-        let resource = match upstream.kind.as_str() {
-            "Deployment" => ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&()),
-            _ => ApiResource::erase::<DaemonSet>(&()),
-        };
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
-        let live = api
-            .get_opt(&upstream.name)
-            .await
-            .map_err(|e| api_error(&format!("read {upstream}"), e))?;
-        let (desired, ready) = live
-            .as_ref()
-            .map(|o| upstream_rollout(&upstream.kind, o))
-            .unwrap_or((0, 0));
-        let leave = format!("hcp-ingress installs no node proxy and leaves default/kubernetes to {provider}");
-        let mut requeue = None;
-        conditions.push(match live {
-            Some(_) if desired > 0 && ready == desired => Desired::ok(
-                types::PROXY_READY,
-                "ManagedByUpstream",
-                format!("{provider}'s {upstream} runs the node proxy: {ready}/{desired} ready; {leave}"),
-            ),
-            Some(_) => {
-                requeue = Some(ctx.settings.retry);
-                Desired::failed(
-                    types::PROXY_READY,
-                    "UpstreamProxyNotReady",
-                    format!("{provider}'s {upstream}: {ready}/{desired} ready; {leave}"),
-                )
-            }
-            None => {
-                requeue = Some(ctx.settings.retry);
-                Desired::failed(
-                    types::PROXY_READY,
-                    "UpstreamProxyMissing",
-                    format!("waiting for {provider} to create {upstream} in the workload cluster; {leave}"),
-                )
-            }
-        });
-        conditions.push(Desired::ok(
-            types::ENDPOINTS_STEERED,
-            "ManagedByUpstream",
-            format!("default/kubernetes is steered by {provider}'s node proxy, not by hcp-ingress"),
-        ));
-        conditions.push(ccm::configure_ccm(ctx, cpi, &client).await?);
-        Ok::<_, Unreachable>(Outcome {
-            conditions,
-            proxy: None,
-            requeue,
-        })
-    }
-    .await;
-    match result {
-        Ok(outcome) => {
-            ctx.backoff.reset(&workload_key(cpi));
-            outcome
-        }
-        Err(u) => unreachable(ctx, cpi, u),
-    }
-}
-
-/// Desired and ready pods of an upstream node proxy (DaemonSet or Deployment).
-fn upstream_rollout(kind: &str, object: &DynamicObject) -> (i32, i32) {
-    let number = |field: &str| {
-        object
-            .data
-            .pointer(&format!("/status/{field}"))
-            .and_then(|v| v.as_i64())
-            .unwrap_or(0) as i32
-    };
-    match kind {
-        "Deployment" => (
-            object
-                .data
-                .pointer("/spec/replicas")
-                .and_then(|v| v.as_i64())
-                .unwrap_or(1) as i32,
-            number("readyReplicas"),
-        ),
-        _ => (number("desiredNumberScheduled"), number("numberReady")),
-    }
 }
 
 /// `spec.proxy.enabled` turned false on an installed proxy: the same removal as a deletion.

@@ -1,3 +1,7 @@
+//! Unit tests of the doctor's decisions, one per check and verdict; over 500
+//! lines because each fault is spelled out as its own fixture, which reads
+//! better than a table of opaque cases.
+
 use std::{
     net::SocketAddr,
     time::{Duration, SystemTime},

@@ -1,3 +1,6 @@
+//! Unit tests of the workload render: over 500 lines because every object
+//! kind and mode gets its own readable fixture.
+
 use std::net::IpAddr;
 
 use serde_json::json;

@@ -1,0 +1,234 @@
+//! The workload-side hops: the API through the kubeconfig, the steering of
+//! `default/kubernetes`, the node proxy, the CCM environment.
+
+use super::*;
+
+/// The `default/kubernetes` steering: as the controller would write it
+/// (`wanted`, `None` when the proxy is disabled) against what the workload
+/// cluster holds.
+pub fn steering(
+    cpi: &ControlPlaneIngress,
+    wanted: Option<&SteeringObjects>,
+    endpoints: Option<&Endpoints>,
+    slice: Option<&EndpointSlice>,
+    service: Option<&Service>,
+) -> Check {
+    if let Some(upstream) = cpi.spec.upstream.as_ref()
+        && let Some(proxy) = &upstream.node_proxy
+    {
+        return Check::new(
+            "steering",
+            Verdict::Skip,
+            format!(
+                "default/kubernetes is steered by {}'s node proxy ({proxy}), not by hcp-ingress",
+                upstream.provider
+            ),
+        );
+    }
+    let Some(wanted) = wanted else {
+        return Check::new(
+            "steering",
+            Verdict::Skip,
+            "spec.proxy.enabled is false: default/kubernetes is not steered by hcp-ingress",
+        );
+    };
+    let drift = workload::steering_drift(wanted, endpoints, slice, service);
+    let mode = workload::proxy_spec(cpi).steering;
+    match (mode, drift.is_empty()) {
+        (Steering::AdvertiseAddress, true) => Check::new(
+            "steering",
+            Verdict::Pass,
+            format!(
+                "Endpoints and EndpointSlice default/kubernetes point at the node proxy ({})",
+                workload::proxy_spec(cpi).advertise_address
+            ),
+        ),
+        (Steering::Service, true) => Check::new(
+            "steering",
+            Verdict::Pass,
+            "Service default/kubernetes selects the node proxy (internalTrafficPolicy Local)",
+        ),
+        (Steering::AdvertiseAddress, false) => Check::new(
+            "steering",
+            Verdict::Fail,
+            format!(
+                "not steered: {}. Pods reach the API server directly, without the proxy. Fix: run the tenant API server with --endpoint-reconciler-type=none (it rewrites default/kubernetes otherwise), then let the controller re-steer (its next reconcile; see the EndpointsSteered condition), or set spec.proxy.steering: service",
+                drift.join("; ")
+            ),
+        ),
+        (Steering::Service, false) => Check::new(
+            "steering",
+            Verdict::Fail,
+            format!(
+                "not steered: {}. Fix: something else manages Service default/kubernetes spec.selector/internalTrafficPolicy; stop it, and the controller re-applies them on its next reconcile",
+                drift.join("; ")
+            ),
+        ),
+    }
+}
+
+/// The node proxy DaemonSet: every desired node runs a ready proxy.
+pub fn proxy(cpi: &ControlPlaneIngress, enabled: bool, ds: Option<&DaemonSet>) -> Check {
+    let name = "node proxy";
+    let object = format!("DaemonSet {NAMESPACE}/{NAME}");
+    if let Some(upstream) = cpi.spec.upstream.as_ref()
+        && let Some(proxy) = &upstream.node_proxy
+    {
+        return Check::new(
+            name,
+            Verdict::Skip,
+            format!(
+                "{}'s {proxy} is the node proxy (see the ProxyReady condition); hcp-ingress installs none",
+                upstream.provider
+            ),
+        );
+    }
+    if !enabled {
+        return Check::new(name, Verdict::Skip, "spec.proxy.enabled is false");
+    }
+    let Some(ds) = ds else {
+        return Check::new(
+            name,
+            Verdict::Fail,
+            format!(
+                "{object} does not exist in the workload cluster: the controller installs it; see the WorkloadReachable and ProxyReady conditions"
+            ),
+        );
+    };
+    let (desired, ready) = ds
+        .status
+        .as_ref()
+        .map(|s| (s.desired_number_scheduled, s.number_ready))
+        .unwrap_or((0, 0));
+    if desired == 0 {
+        Check::new(
+            name,
+            Verdict::Warn,
+            format!(
+                "{object} is scheduled on no node (status.desiredNumberScheduled 0): no node has joined yet, or a nodeSelector excludes them all"
+            ),
+        )
+    } else if ready < desired {
+        Check::new(
+            name,
+            Verdict::Fail,
+            format!(
+                "{ready}/{desired} nodes run a ready proxy: see `kubectl -n {NAMESPACE} get pods -l app.kubernetes.io/name={NAME} -o wide` and their logs (certificate, config, upstream unreachable)"
+            ),
+        )
+    } else {
+        Check::new(
+            name,
+            Verdict::Pass,
+            format!("{ready}/{desired} nodes run a ready proxy"),
+        )
+    }
+}
+
+/// The cloud-controller-manager override: each CCM found (`found`, with the
+/// target that found it) has `KUBERNETES_SERVICE_HOST/PORT` as the controller
+/// sets them; `missing` are targets named in `spec.ccm.targets` that do not exist.
+pub fn ccm(
+    cpi: &ControlPlaneIngress,
+    found: &[(OverrideTarget, DynamicObject)],
+    missing: &[String],
+) -> Check {
+    let name = "ccm env";
+    if workload::ccm_targets(cpi).is_empty() {
+        return Check::new(name, Verdict::Skip, "spec.ccm.enabled is false");
+    }
+    let want = workload::service_host_env(cpi);
+    let mut problems: Vec<String> = missing
+        .iter()
+        .map(|m| format!("{m} (in spec.ccm.targets) does not exist"))
+        .collect();
+    let mut good = Vec::new();
+    for (target, live) in found {
+        let object = format!(
+            "{} {}/{}",
+            target.kind.as_str(),
+            target.namespace,
+            target.name
+        );
+        let containers = live
+            .data
+            .pointer("/spec/template/spec/containers")
+            .and_then(|c| c.as_array())
+            .cloned()
+            .unwrap_or_default();
+        for container in containers {
+            let cname = container["name"].as_str().unwrap_or_default();
+            if !target.containers.is_empty() && !target.containers.iter().any(|c| c == cname) {
+                continue;
+            }
+            let env = container["env"].as_array().cloned().unwrap_or_default();
+            let wrong: Vec<String> = want
+                .iter()
+                .filter_map(|(var, value)| {
+                    let live = env
+                        .iter()
+                        .find(|e| e["name"] == *var)
+                        .map(|e| e["value"].as_str().unwrap_or("<from a reference>"));
+                    match live {
+                        Some(v) if v == value.as_str() => None,
+                        Some(v) => Some(format!("{var}={v} (want {value})")),
+                        None => Some(format!("{var} missing (want {value})")),
+                    }
+                })
+                .collect();
+            if wrong.is_empty() {
+                good.push(format!("{object} container {cname}"));
+            } else {
+                problems.push(format!(
+                    "{object} spec.template.spec.containers[name={cname}].env: {}",
+                    wrong.join(", ")
+                ));
+            }
+        }
+    }
+    let env_text = want
+        .iter()
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    if !problems.is_empty() {
+        return Check::new(
+            name,
+            Verdict::Fail,
+            format!(
+                "{}. Fix: the controller sets {env_text} on its next reconcile (see the CCMConfigured condition); if something else (a Helm upgrade) removed it, set it in that manifest too",
+                problems.join("; ")
+            ),
+        );
+    }
+    if good.is_empty() {
+        return Check::new(
+            name,
+            Verdict::Skip,
+            "no well-known cloud-controller-manager in kube-system; if yours has another name, list it in spec.ccm.targets",
+        );
+    }
+    Check::new(
+        name,
+        Verdict::Pass,
+        format!("{env_text} on {}", good.join(", ")),
+    )
+}
+
+/// A failure before the workload checks: they are all skipped with this reason.
+pub fn workload_unreachable(why: &str) -> Check {
+    Check::new(
+        "workload api",
+        Verdict::Fail,
+        format!("{why}: steering, node proxy and ccm env cannot be checked"),
+    )
+}
+
+/// The workload cluster answered.
+pub fn workload_reachable(through: &str) -> Check {
+    Check::new(
+        "workload api",
+        Verdict::Pass,
+        format!("answers through {through}"),
+    )
+}
