@@ -445,6 +445,25 @@ pub fn event_note(note: String) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn each_source_kind_runs_once_however_often_it_is_named() {
+        let parse = |values: &[&str]| {
+            super::run::parse_sources(&values.iter().map(|v| v.to_string()).collect::<Vec<_>>())
+        };
+        let all = parse(&["all", "k0rdent", "kamaji"]).unwrap();
+        assert_eq!(all, crate::sources::SourceKind::ALL.to_vec());
+        assert_eq!(
+            parse(&["k0rdent", "kamaji", "k0rdent"]).unwrap(),
+            [
+                crate::sources::SourceKind::ClusterDeployment,
+                crate::sources::SourceKind::KamajiTenantControlPlane
+            ]
+        );
+        assert!(parse(&["none"]).unwrap().is_empty());
+        let unknown = parse(&["kamajii"]).unwrap_err();
+        assert!(unknown.contains("\"kamajii\""), "{unknown}");
+    }
+
     use std::time::Duration;
 
     use super::{Backoff, EVENT_NOTE_LIMIT, event_note};

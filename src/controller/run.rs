@@ -116,12 +116,12 @@ impl Settings {
 
 /// `--sources` values to kinds.
 pub fn parse_sources(values: &[String]) -> Result<Vec<SourceKind>, String> {
-    let mut kinds = Vec::new();
+    let mut kinds: Vec<SourceKind> = Vec::new();
     for value in values.iter().map(|v| v.trim()).filter(|v| !v.is_empty()) {
-        match value {
-            "all" => kinds.extend(SourceKind::ALL),
-            "none" => {}
-            name => kinds.push(
+        let named = match value {
+            "all" => SourceKind::ALL.to_vec(),
+            "none" => Vec::new(),
+            name => vec![
                 SourceKind::ALL
                     .into_iter()
                     .find(|k| k.flag_name() == name)
@@ -132,10 +132,15 @@ pub fn parse_sources(values: &[String]) -> Result<Vec<SourceKind>, String> {
                             known.join(", ")
                         )
                     })?,
-            ),
+            ],
+        };
+        // One adapter per kind, however often it is named (`all,k0rdent`).
+        for kind in named {
+            if !kinds.contains(&kind) {
+                kinds.push(kind);
+            }
         }
     }
-    kinds.dedup();
     Ok(kinds)
 }
 
