@@ -567,20 +567,27 @@ async fn a_controller_restarted_at_steady_state_makes_no_writes() {
     running.stop().await;
 
     m.api.clear_request_log();
-    let running = m.start();
-    // Wait until the restarted controller listed everything, then give it time to reconcile.
-    eventually(
-        "the restarted controller lists ControlPlaneIngresses",
-        || async {
-            m.api
-                .request_log()
-                .iter()
-                .any(|r| r.verb == "list" && r.path.contains("controlplaneingresses"))
-                .then_some(())
-        },
-    )
+    // The restarted controller serves its metrics: its own count of
+    // reconciliations says when it has looked at every object.
+    let metrics_addr = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap()
+    };
+    let mut settings = Settings::for_tests();
+    settings.metrics_addr = Some(metrics_addr);
+    let running = m.start_with(settings);
+    eventually("the restarted controller reconciled all three", || async {
+        let text = scrape(metrics_addr).await?;
+        let done: f64 = text
+            .lines()
+            .filter(|l| {
+                l.starts_with("hcp_ingress_controller_reconciles_total{result=\"success\"}")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        (done >= 3.0).then_some(())
+    })
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
     let writes = writes(&m.api);
     assert!(
         writes.is_empty(),
@@ -753,4 +760,19 @@ async fn a_failed_discovery_is_retried_soon_not_taken_for_a_missing_kind() {
         "a failed discovery restarted the watches as if Ingress had been removed"
     );
     running.stop().await;
+}
+
+/// The text of `/metrics` at `addr`, if it answers.
+async fn scrape(addr: std::net::SocketAddr) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: controller\r\nConnection: close\r\n\r\n")
+        .await
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
 }
