@@ -2,6 +2,18 @@
 //! controller checks [`Leader::ensure_leader`], so a replica that lost the
 //! lease stops writing at once; on shutdown the holder releases the lease so
 //! a standby takes over without waiting for it to expire.
+//!
+//! Expiry is judged as client-go's `leaderelection` does: never from the
+//! holder's `renewTime` against our wall clock (a replica whose clock runs
+//! ahead would take over a lease that is being renewed, and two replicas
+//! would write), but from the local monotonic time at which this replica last
+//! saw the record change. A standby takes over only after a full lease
+//! duration of its own time without seeing a renewal, whatever the clocks
+//! of the replicas say.
+//!
+//! Neither `kubert`'s lease nor `kube-leader-election` is used: both decide
+//! from `renewTime` plus the duration against the local wall clock, the very
+//! behaviour replaced here, and `kubert` would also pin the kube version.
 
 use std::{
     sync::{
@@ -20,7 +32,7 @@ use kube::{
     Api, Client,
     api::{PostParams, ResourceExt},
 };
-use tokio::sync::watch;
+use tokio::{sync::watch, time::Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::Error;
@@ -113,14 +125,15 @@ pub fn campaign(
 
 async fn run(client: Client, config: LeaseConfig, leader: Leader, shutdown: CancellationToken) {
     let api: Api<Lease> = Api::namespaced(client, &config.namespace);
-    let mut last_renewal = tokio::time::Instant::now();
+    let mut last_renewal = Instant::now();
+    let mut observed = None;
     loop {
-        match try_acquire_or_renew(&api, &config).await {
+        match try_acquire_or_renew(&api, &config, &mut observed).await {
             Ok(true) => {
                 if !leader.is_leader() {
                     tracing::info!(lease = %config.name, identity = %config.identity, "became leader");
                 }
-                last_renewal = tokio::time::Instant::now();
+                last_renewal = Instant::now();
                 leader.set(true);
             }
             Ok(false) => leader.set(false),
@@ -146,8 +159,55 @@ async fn run(client: Client, config: LeaseConfig, leader: Leader, shutdown: Canc
     }
 }
 
+/// The Lease as this replica last saw it, and when, on its own monotonic
+/// clock: what expiry is measured from.
+struct Observed {
+    /// The resourceVersion changes on every write, so a renewal is seen even
+    /// when the holder's clock writes the same `renewTime` twice; the spec is
+    /// kept too, for API servers (and tests) that reuse versions.
+    record: (Option<String>, Option<LeaseSpec>),
+    at: Instant,
+}
+
+impl Observed {
+    /// Remember `lease`, restarting the clock only when the record changed.
+    fn note(observed: &mut Option<Observed>, lease: &Lease) {
+        let record = (lease.metadata.resource_version.clone(), lease.spec.clone());
+        if observed.as_ref().is_none_or(|seen| seen.record != record) {
+            *observed = Some(Observed {
+                record,
+                at: Instant::now(),
+            });
+        }
+    }
+
+    /// Whether a full lease duration (the record's own) has passed on our
+    /// clock since the record last changed. A record without a duration
+    /// promises nothing, so it has expired.
+    fn expired(&self) -> bool {
+        let seconds = self
+            .record
+            .1
+            .as_ref()
+            .and_then(|spec| spec.lease_duration_seconds);
+        match seconds {
+            Some(seconds) => {
+                let duration = Duration::from_secs(u64::try_from(seconds).unwrap_or(0));
+                self.at + duration < Instant::now()
+            }
+            None => true,
+        }
+    }
+}
+
 /// One round: Ok(true) when we hold the lease afterwards.
-async fn try_acquire_or_renew(api: &Api<Lease>, config: &LeaseConfig) -> Result<bool, kube::Error> {
+async fn try_acquire_or_renew(
+    api: &Api<Lease>,
+    config: &LeaseConfig,
+    observed: &mut Option<Observed>,
+) -> Result<bool, kube::Error> {
+    // The wall clock only fills the record (for people and other tools);
+    // no decision here reads it.
     let now = Timestamp::now();
     let Some(mut lease) = api.get_opt(&config.name).await? else {
         let lease = Lease {
@@ -158,21 +218,18 @@ async fn try_acquire_or_renew(api: &Api<Lease>, config: &LeaseConfig) -> Result<
             spec: Some(held_by(config, now, None)),
         };
         return match api.create(&PostParams::default(), &lease).await {
-            Ok(_) => Ok(true),
+            Ok(created) => {
+                Observed::note(observed, &created);
+                Ok(true)
+            }
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(false), // another replica was faster
             Err(e) => Err(e),
         };
     };
+    Observed::note(observed, &lease);
     let spec = lease.spec.clone().unwrap_or_default();
     let holder = spec.holder_identity.clone().unwrap_or_default();
-    let expired = match (spec.renew_time.as_ref(), spec.lease_duration_seconds) {
-        (Some(MicroTime(renewed)), Some(seconds)) => {
-            now > renewed
-                .checked_add(jiff::SignedDuration::from_secs(seconds.into()))
-                .unwrap_or(*renewed)
-        }
-        _ => true,
-    };
+    let expired = observed.as_ref().is_none_or(Observed::expired);
     if holder != config.identity && !holder.is_empty() && !expired {
         return Ok(false);
     }
@@ -191,7 +248,10 @@ async fn try_acquire_or_renew(api: &Api<Lease>, config: &LeaseConfig) -> Result<
         .replace(&lease.name_any(), &PostParams::default(), &lease)
         .await
     {
-        Ok(_) => Ok(true),
+        Ok(written) => {
+            Observed::note(observed, &written);
+            Ok(true)
+        }
         // Acquiring: another replica was faster. Renewing: our lease is still
         // valid (we just read it), so a conflict is a failed renewal, retried
         // until the renew deadline, not a loss of leadership on the spot.

@@ -36,7 +36,7 @@ use kube::{
     },
 };
 
-pub use leader::{Leader, LeaseConfig};
+pub use leader::{Leader, LeaseConfig, campaign};
 pub use metrics::Metrics;
 pub use reconcile::PAUSED_ANNOTATION;
 pub use run::{Settings, run};

@@ -1,44 +1,48 @@
-//! The few DER and base64 encodings the CA loader needs: ring reads private
-//! keys as PKCS#8 only, while cluster CAs are usually PKCS#1 (RSA) or SEC1 (EC).
+//! Wrapping PKCS#1 (RSA) and SEC1 (EC) private keys in PKCS#8: ring, rcgen's
+//! backend, reads PKCS#8 only, while cluster CAs are usually PKCS#1 or SEC1.
+//!
+//! The DER comes from `asn1-rs`, already in the tree under `x509-parser`:
+//! one more direct dependency and no new crate, where RustCrypto's `pkcs8`,
+//! `sec1`, `der`, `spki` and `const-oid` would add five for two wrappers.
 
-const RSA_ENCRYPTION: &[u8] = &[
-    0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01,
-];
-const DER_NULL: &[u8] = &[0x05, 0x00];
-const EC_PUBLIC_KEY: &[u8] = &[0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
-const PRIME256V1: &[u8] = &[0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
-const SECP384R1: &[u8] = &[0x06, 0x05, 0x2b, 0x81, 0x04, 0x00, 0x22];
+use std::borrow::Cow;
 
-/// One DER TLV.
-fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
-    let mut out = vec![tag];
-    let len = content.len();
-    if len < 0x80 {
-        out.push(len as u8);
-    } else {
-        let bytes: Vec<u8> = len
-            .to_be_bytes()
-            .into_iter()
-            .skip_while(|b| *b == 0)
-            .collect();
-        out.push(0x80 | bytes.len() as u8);
-        out.extend(bytes);
-    }
-    out.extend_from_slice(content);
-    out
+use asn1_rs::{FromDer, Null, Oid, Sequence, ToDer};
+
+/// `rsaEncryption` (RFC 8017).
+const RSA_ENCRYPTION: &[u64] = &[1, 2, 840, 113_549, 1, 1, 1];
+/// `id-ecPublicKey` (RFC 5480).
+const EC_PUBLIC_KEY: &[u64] = &[1, 2, 840, 10_045, 2, 1];
+/// `prime256v1`, P-256.
+const PRIME256V1: &[u64] = &[1, 2, 840, 10_045, 3, 1, 7];
+/// `secp384r1`, P-384.
+const SECP384R1: &[u64] = &[1, 3, 132, 0, 34];
+
+fn oid_der(arcs: &[u64]) -> Vec<u8> {
+    Oid::from(arcs)
+        .ok()
+        .and_then(|oid| oid.to_der_vec().ok())
+        .expect("the OIDs above are valid")
 }
 
-/// PKCS#8 `PrivateKeyInfo` around a key of the given algorithm.
+/// A SEQUENCE of already encoded elements.
+fn sequence(elements: &[&[u8]]) -> Vec<u8> {
+    Sequence::new(Cow::Owned(elements.concat()))
+        .to_der_vec()
+        .expect("a SEQUENCE in memory encodes")
+}
+
+/// PKCS#8 `PrivateKeyInfo` (RFC 5208): version 0, the algorithm, the key.
 fn private_key_info(algorithm: &[u8], key: &[u8]) -> Vec<u8> {
-    let mut body = tlv(0x02, &[0]);
-    body.extend(tlv(0x30, algorithm));
-    body.extend(tlv(0x04, key));
-    tlv(0x30, &body)
+    let version = 0u8.to_der_vec().expect("an INTEGER encodes");
+    let key = key.to_der_vec().expect("an OCTET STRING encodes");
+    sequence(&[&version, algorithm, &key])
 }
 
 /// Wrap a PKCS#1 `RSAPrivateKey`.
 pub(super) fn pkcs1_to_pkcs8(pkcs1: &[u8]) -> Vec<u8> {
-    private_key_info(&[RSA_ENCRYPTION, DER_NULL].concat(), pkcs1)
+    let null = Null::new().to_der_vec().expect("NULL encodes");
+    private_key_info(&sequence(&[&oid_der(RSA_ENCRYPTION), &null]), pkcs1)
 }
 
 /// Wrap a SEC1 `ECPrivateKey`; the curve is told by the private key's length
@@ -49,62 +53,19 @@ pub(super) fn sec1_to_pkcs8(sec1: &[u8]) -> Option<Vec<u8>> {
         48 => SECP384R1,
         _ => return None,
     };
-    Some(private_key_info(&[EC_PUBLIC_KEY, curve].concat(), sec1))
+    let algorithm = sequence(&[&oid_der(EC_PUBLIC_KEY), &oid_der(curve)]);
+    Some(private_key_info(&algorithm, sec1))
 }
 
-/// Length of the `privateKey` OCTET STRING of an `ECPrivateKey`.
+/// Length of the `privateKey` OCTET STRING of an `ECPrivateKey` (RFC 5915:
+/// version INTEGER, then privateKey).
 fn sec1_private_key_len(sec1: &[u8]) -> Option<usize> {
-    let (tag, body, _) = read_tlv(sec1)?;
-    if tag != 0x30 {
-        return None;
-    }
-    let (tag, _version, rest) = read_tlv(body)?;
-    if tag != 0x02 {
-        return None;
-    }
-    let (tag, key, _) = read_tlv(rest)?;
-    (tag == 0x04).then_some(key.len())
-}
-
-/// (tag, content, rest) of the first TLV.
-fn read_tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = input.split_first()?;
-    let (&first, rest) = rest.split_first()?;
-    let (len, rest) = if first < 0x80 {
-        (usize::from(first), rest)
-    } else {
-        let n = usize::from(first & 0x7f);
-        if n == 0 || n > 4 || rest.len() < n {
-            return None;
-        }
-        let len = rest[..n]
-            .iter()
-            .fold(0usize, |acc, b| acc << 8 | usize::from(*b));
-        (len, &rest[n..])
-    };
-    (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
-}
-
-/// Standard base64 with padding.
-pub(super) fn base64(data: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    let parsed: asn1_rs::ParseResult<'_, usize> = Sequence::from_der_and_then(sec1, |body| {
+        let (rest, _version) = u32::from_der(body)?;
+        let (rest, key) = <&[u8]>::from_der(rest)?;
+        Ok((rest, key.len()))
+    });
+    parsed.ok().map(|(_, len)| len)
 }
 
 #[cfg(test)]
@@ -112,24 +73,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn base64_matches_rfc4648_vectors() {
-        for (input, want) in [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foobar", "Zm9vYmFy"),
-        ] {
-            assert_eq!(base64(input.as_bytes()), want);
-        }
+    fn rsa_algorithm_identifier_is_the_rfc_8017_bytes() {
+        // SEQUENCE { OID 1.2.840.113549.1.1.1, NULL }
+        let want = [
+            0x30, 0x0d, 0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01, 0x05,
+            0x00,
+        ];
+        let null = Null::new().to_der_vec().unwrap();
+        assert_eq!(sequence(&[&oid_der(RSA_ENCRYPTION), &null]), want);
     }
 
     #[test]
-    fn long_lengths_use_the_long_form() {
-        let content = vec![0u8; 300];
-        let encoded = tlv(0x04, &content);
-        assert_eq!(&encoded[..4], &[0x04, 0x82, 0x01, 0x2c]);
-        let (tag, body, rest) = read_tlv(&encoded).unwrap();
-        assert_eq!((tag, body.len(), rest.len()), (0x04, 300, 0));
+    fn long_keys_use_the_long_length_form() {
+        let key = vec![0u8; 300];
+        let info = pkcs1_to_pkcs8(&key);
+        // SEQUENCE, long form on two bytes: 3 (version) + 15 (algorithm) + 4 + 300.
+        assert_eq!(&info[..4], &[0x30, 0x82, 0x01, 0x42]);
+        assert_eq!(
+            &info[info.len() - 304..info.len() - 300],
+            &[0x04, 0x82, 0x01, 0x2c]
+        );
+    }
+
+    #[test]
+    fn a_sec1_key_of_an_unknown_length_is_refused() {
+        // SEQUENCE { INTEGER 1, OCTET STRING (20 bytes) }
+        let mut sec1 = vec![0x30, 0x19, 0x02, 0x01, 0x01, 0x04, 0x14];
+        sec1.extend([7u8; 20]);
+        assert_eq!(sec1_private_key_len(&sec1), Some(20));
+        assert!(sec1_to_pkcs8(&sec1).is_none());
+        assert!(sec1_to_pkcs8(b"not DER").is_none());
     }
 }

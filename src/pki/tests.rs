@@ -361,3 +361,16 @@ fn bad_names_are_refused() {
             .starts_with("failed to mint the certificate")
     );
 }
+
+/// The PEM we write is what openssl writes: LF line endings, 64 columns,
+/// a final newline. The fixtures are openssl's, so a certificate read from
+/// one comes back byte for byte.
+#[test]
+fn pem_output_is_byte_for_byte_openssl_style() {
+    for fixture in [RSA_CA_CERT, EC_CA_CERT] {
+        assert_eq!(ca_certificate_pem(fixture).unwrap(), fixture);
+    }
+    let leaf = mint_leaf(&rsa_ca(), &spec()).unwrap();
+    assert!(!leaf.cert_pem.contains('\r'));
+    assert!(leaf.cert_pem.ends_with("-----END CERTIFICATE-----\n"));
+}

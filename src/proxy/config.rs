@@ -282,26 +282,19 @@ pub struct Config {
     pub worker_threads: usize,
 }
 
-/// Parse a duration such as `500ms`, `5s`, `2m`, `1h`.
+/// Parse a duration such as `500ms`, `5s`, `2m`, `1h` or `1m30s`: jiff's
+/// friendly format (which also reads ISO 8601, `PT5S`). Units stop at hours,
+/// since a day has no fixed length; negative durations are refused.
 pub fn parse_duration(key: &str, s: &str) -> Result<Duration, ConfigError> {
     let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
     let bad = || {
         ConfigError::invalid(
             key,
             format!("{s:?} is not a duration (e.g. 500ms, 5s, 2m, 1h)"),
         )
     };
-    let n: u64 = num.parse().map_err(|_| bad())?;
-    let d = match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n.checked_mul(60).ok_or_else(bad)?),
-        "h" => Duration::from_secs(n.checked_mul(3600).ok_or_else(bad)?),
-        _ => return Err(bad()),
-    };
-    Ok(d)
+    let signed: jiff::SignedDuration = s.parse().map_err(|_| bad())?;
+    Duration::try_from(signed).map_err(|_| bad())
 }
 
 fn duration(key: &str, v: Option<&String>, default: Duration) -> Result<Duration, ConfigError> {
@@ -844,5 +837,14 @@ log: {level: "a\x7fb\"c\\d\te"}
         assert!(parse_duration("k", "").is_err());
         assert!(parse_duration("k", "s").is_err());
         assert!(parse_duration("k", "99999999999999999999h").is_err());
+        assert_eq!(
+            parse_duration("k", "1m30s").unwrap(),
+            Duration::from_secs(90)
+        );
+        assert_eq!(parse_duration("k", " 5s ").unwrap(), Duration::from_secs(5));
+        // No unit, a negative length, a unit of no fixed length.
+        for refused in ["5", "-5s", "1d", "5 parsecs"] {
+            assert!(parse_duration("k", refused).is_err(), "{refused:?}");
+        }
     }
 }

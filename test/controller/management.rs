@@ -4,17 +4,26 @@ use std::time::Duration;
 
 use hcp_ingress::{
     api::ControlPlaneIngress,
-    controller::{LeaseConfig, Settings},
+    controller::{LeaseConfig, Settings, campaign},
     render::RouteKind,
 };
-use k8s_openapi::api::{coordination::v1::Lease, events::v1::Event, networking::v1::Ingress};
+use k8s_openapi::{
+    api::{
+        coordination::v1::{Lease, LeaseSpec},
+        events::v1::Event,
+        networking::v1::Ingress,
+    },
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
+    jiff::{SignedDuration, Timestamp},
+};
 use kube::{
     Api, ResourceExt,
-    api::{DeleteParams, DynamicObject, ListParams},
+    api::{DeleteParams, DynamicObject, ListParams, PostParams},
     config::{KubeConfigOptions, Kubeconfig},
 };
 use memkube::RequestMatch;
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 use crate::harness::*;
 
@@ -632,6 +641,114 @@ async fn deleting_the_control_plane_ingress_removes_what_it_created() {
             .is_some()
     );
     running.stop().await;
+}
+
+/// A standby judges expiry from when it saw the record change, on its own
+/// monotonic clock, as client-go does; never from the holder's `renewTime`.
+/// The holder here is the test, writing with a clock far behind, then far
+/// ahead: while it renews, the standby must not take over (with `renewTime`
+/// against the local clock it took over at once when behind); once it stops,
+/// the standby takes over, and not before a lease duration of its own time
+/// (with `renewTime` it never did when ahead).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_election_with_skewed_clocks_goes_by_local_observation() {
+    let m = management_in_memory(&[]).await;
+    let leases: Api<Lease> = Api::namespaced(m.client.clone(), NS);
+    let lease_duration = Duration::from_secs(2);
+    let renew_every = Duration::from_millis(200);
+    for (skew, holder_clock) in [
+        ("behind", "2001-01-01T00:00:00Z"),
+        ("ahead", "2999-01-01T00:00:00Z"),
+    ] {
+        let name = format!("skewed-{skew}");
+        let mut holder_now: Timestamp = holder_clock.parse().unwrap();
+        leases
+            .create(
+                &PostParams::default(),
+                &Lease {
+                    metadata: ObjectMeta {
+                        name: Some(name.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(LeaseSpec {
+                        holder_identity: Some("replica-a".into()),
+                        lease_duration_seconds: Some(lease_duration.as_secs() as i32),
+                        acquire_time: Some(MicroTime(holder_now)),
+                        renew_time: Some(MicroTime(holder_now)),
+                        ..LeaseSpec::default()
+                    }),
+                },
+            )
+            .await
+            .unwrap();
+        let token = CancellationToken::new();
+        let (standby, task) = campaign(
+            m.client.clone(),
+            LeaseConfig {
+                name: name.clone(),
+                namespace: NS.into(),
+                identity: "replica-b".into(),
+                lease_duration,
+                renew_deadline: Duration::from_millis(1500),
+                retry_period: Duration::from_millis(100),
+            },
+            token.clone(),
+        );
+
+        // The holder renews for three lease durations, its clock skewed.
+        let renewing_until = tokio::time::Instant::now() + lease_duration * 3;
+        let mut renewals = 0;
+        while tokio::time::Instant::now() < renewing_until {
+            tokio::time::sleep(renew_every).await;
+            let mut lease = leases.get(&name).await.unwrap();
+            let spec = lease.spec.as_mut().unwrap();
+            assert_eq!(
+                spec.holder_identity.as_deref(),
+                Some("replica-a"),
+                "the standby took over a lease renewed {renewals} times by a holder whose clock is {skew}"
+            );
+            assert!(
+                !standby.is_leader(),
+                "the standby believes it leads ({skew})"
+            );
+            holder_now = holder_now
+                .checked_add(SignedDuration::try_from(renew_every).unwrap())
+                .unwrap();
+            spec.renew_time = Some(MicroTime(holder_now));
+            // Carries the resourceVersion read: a takeover in between is a 409 here.
+            leases
+                .replace(&name, &PostParams::default(), &lease)
+                .await
+                .unwrap_or_else(|e| {
+                    panic!("the holder could not renew (clock {skew}), the standby wrote: {e}")
+                });
+            renewals += 1;
+        }
+
+        // The holder stops: the standby takes over after a lease duration of
+        // its own time since it saw the last renewal, which came after `stopped`.
+        let stopped = tokio::time::Instant::now();
+        tokio::time::timeout(lease_duration * 5, standby.acquired())
+            .await
+            .unwrap_or_else(|_| {
+                panic!("the standby never took over from a holder that stopped (clock {skew})")
+            });
+        let waited = stopped.elapsed();
+        assert!(
+            waited >= lease_duration,
+            "the standby took over {waited:?} after the last renewal, before a lease duration ({skew})"
+        );
+        let holder = leases
+            .get(&name)
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .holder_identity;
+        assert_eq!(holder.as_deref(), Some("replica-b"));
+        token.cancel();
+        task.await.unwrap();
+    }
 }
 
 /// A conflict on renewal (here injected; in life, a write whose reply was
