@@ -1,4 +1,4 @@
-//! Certificates minted by the controller (issue 6): the node proxy's serving
+//! Certificates minted by the controller: the node proxy's serving
 //! certificate is a dedicated ECDSA P-256 leaf signed by the cluster CA
 //! (`<cluster>-ca`), never a copy of the API server's key.
 //!
