@@ -25,7 +25,7 @@ use super::{
     copy::{CopyEnd, CopyError, Side, copy_bidirectional},
     metrics::{BytesLabel, PathLabel},
     proxy_protocol,
-    server::{Shared, State},
+    state::{Shared, State},
     upstream::{ActiveGuard, Backend},
 };
 

@@ -17,7 +17,7 @@ use tracing::{error, info, warn};
 use super::{
     config::Config,
     metrics::ResultLabel,
-    server::{Shared, State},
+    state::{Shared, State},
 };
 
 /// Hash of the contents of the config file and of every file it names.
@@ -68,7 +68,7 @@ pub async fn run(shared: Arc<Shared>, config_path: PathBuf) {
             continue;
         }
         let path = config_path.clone();
-        let loaded = tokio::task::spawn_blocking(move || super::load(&path))
+        let loaded = tokio::task::spawn_blocking(move || State::load(&path))
             .await
             .unwrap_or_else(|e| Err(e.to_string()));
         match loaded {
