@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
-use super::server::Shared;
+use super::state::Shared;
 use crate::telemetry::admin::{self, Health};
 
 impl Health for Shared {

@@ -1,8 +1,16 @@
 //! Proxy configuration: the YAML contract with the controller.
 //!
-//! [`RawConfig`] mirrors the file (every key optional where a default exists);
-//! [`validate`] turns it into a [`Config`] whose values are all checked, with
-//! errors that name the key at fault.
+//! [`file`] is the schema of the file, shared with the controller's render
+//! ([`RawConfig`], every key optional where a default exists); [`validate`]
+//! turns it into a [`Config`] whose values are all checked, with errors that
+//! name the key at fault.
+
+pub mod file;
+
+pub use file::{
+    Balance, LogFormatKey, Mode, RESTART_ONLY_KEYS, RawAdmin, RawConfig, RawDns, RawHealth,
+    RawLimits, RawListen, RawLog, RawReload, RawTimeouts, RawTls, RawUpstream,
+};
 
 use std::{
     fmt,
@@ -10,8 +18,6 @@ use std::{
     path::PathBuf,
     time::Duration,
 };
-
-use serde::Deserialize;
 
 /// Errors of config parsing and validation.
 #[derive(Debug, thiserror::Error)]
@@ -44,149 +50,6 @@ impl ConfigError {
             message: message.into(),
         }
     }
-}
-
-/// What the proxy does with a connection whose SNI is not a passthrough name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum Mode {
-    /// Terminate TLS with the serving certificate, re-originate TLS upstream.
-    #[default]
-    Reencrypt,
-    /// Forward bytes untouched.
-    Passthrough,
-    /// Send a PROXY v2 header with the authority TLV, then forward bytes.
-    ProxyProtocol,
-}
-
-impl Mode {
-    /// Name used in logs and metric labels.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Reencrypt => "reencrypt",
-            Mode::Passthrough => "passthrough",
-            Mode::ProxyProtocol => "proxy-protocol",
-        }
-    }
-}
-
-/// How upstream addresses are chosen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum Balance {
-    /// Each new connection takes the next healthy address.
-    #[default]
-    RoundRobin,
-    /// The healthy address with the fewest active connections.
-    LeastConnections,
-}
-
-/// Log output format in the config file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormatKey {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
-/// The file as written (serde view). Unknown keys are rejected.
-#[derive(Debug, Deserialize, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RawConfig {
-    listen: Option<RawListen>,
-    mode: Option<Mode>,
-    upstream: Option<RawUpstream>,
-    tls: Option<RawTls>,
-    passthrough_server_names: Option<Vec<String>>,
-    admin: Option<RawAdmin>,
-    timeouts: Option<RawTimeouts>,
-    limits: Option<RawLimits>,
-    reload: Option<RawReload>,
-    log: Option<RawLog>,
-    worker_threads: Option<u64>,
-}
-
-#[derive(Debug, Deserialize, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RawListen {
-    address: Option<String>,
-    port: Option<u64>,
-    interface: Option<String>,
-    manage_address: Option<bool>,
-    ensure_interval: Option<String>,
-    backlog: Option<u64>,
-}
-
-#[derive(Debug, Deserialize, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RawUpstream {
-    server_name: Option<String>,
-    port: Option<u64>,
-    addresses: Option<Vec<String>>,
-    ca_file: Option<PathBuf>,
-    balance: Option<Balance>,
-    health_check: Option<RawHealth>,
-    dns: Option<RawDns>,
-}
-
-#[derive(Debug, Deserialize, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RawHealth {
-    interval: Option<String>,
-    timeout: Option<String>,
-}
-
-#[derive(Debug, Deserialize, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RawDns {
-    min_ttl: Option<String>,
-    max_ttl: Option<String>,
-}
-
-#[derive(Debug, Deserialize, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RawTls {
-    cert_file: Option<PathBuf>,
-    key_file: Option<PathBuf>,
-}
-
-#[derive(Debug, Deserialize, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RawAdmin {
-    address: Option<String>,
-}
-
-#[derive(Debug, Deserialize, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RawTimeouts {
-    handshake: Option<String>,
-    connect: Option<String>,
-    idle: Option<String>,
-    drain: Option<String>,
-    tcp_keepalive: Option<String>,
-}
-
-#[derive(Debug, Deserialize, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RawLimits {
-    max_connections: Option<u64>,
-    max_client_hello_bytes: Option<u64>,
-}
-
-#[derive(Debug, Deserialize, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RawReload {
-    interval: Option<String>,
-}
-
-#[derive(Debug, Deserialize, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RawLog {
-    format: Option<LogFormatKey>,
-    level: Option<String>,
 }
 
 /// Where and how to listen.
@@ -561,34 +424,9 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     })
 }
 
-/// A YAML double-quoted scalar. JSON quoting is not enough: YAML forbids raw
-/// DEL, C1 controls and U+FFFE/U+FFFF, and YAML 1.1 folds NEL, LS and PS as
-/// line breaks, so those are escaped too.
-fn yaml_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if c.is_control()
-                || matches!(
-                    c,
-                    '\u{2028}' | '\u{2029}' | '\u{feff}' | '\u{fffe}' | '\u{ffff}'
-                ) =>
-            {
-                out.push_str(&format!("\\u{:04x}", u32::from(c)))
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-fn dur(d: Duration) -> String {
+fn dur(d: Duration) -> Option<String> {
     let ms = d.as_millis();
-    if ms.is_multiple_of(3_600_000) {
+    Some(if ms.is_multiple_of(3_600_000) {
         format!("{}h", ms / 3_600_000)
     } else if ms.is_multiple_of(60_000) {
         format!("{}m", ms / 60_000)
@@ -596,255 +434,78 @@ fn dur(d: Duration) -> String {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")
+    })
+}
+
+/// The file that validates to this config, every default written out.
+impl From<&Config> for RawConfig {
+    fn from(c: &Config) -> Self {
+        let path = |p: &std::path::Path| Some(p.to_path_buf());
+        RawConfig {
+            listen: Some(RawListen {
+                address: Some(c.listen.addr.ip().to_string()),
+                port: Some(c.listen.addr.port().into()),
+                interface: Some(c.listen.interface.clone()),
+                manage_address: Some(c.listen.manage_address),
+                ensure_interval: dur(c.listen.ensure_interval),
+                backlog: Some(c.listen.backlog.into()),
+            }),
+            mode: Some(c.mode),
+            upstream: Some(RawUpstream {
+                server_name: Some(c.upstream.server_name.clone()),
+                port: Some(c.upstream.port.into()),
+                addresses: Some(c.upstream.addresses.iter().map(|a| a.to_string()).collect()),
+                ca_file: path(&c.upstream.ca_file),
+                balance: Some(c.upstream.balance),
+                health_check: Some(RawHealth {
+                    interval: dur(c.upstream.health_interval),
+                    timeout: dur(c.upstream.health_timeout),
+                }),
+                dns: Some(RawDns {
+                    min_ttl: dur(c.upstream.dns_min_ttl),
+                    max_ttl: dur(c.upstream.dns_max_ttl),
+                }),
+            }),
+            tls: c.tls.as_ref().map(|t| RawTls {
+                cert_file: path(&t.cert_file),
+                key_file: path(&t.key_file),
+            }),
+            passthrough_server_names: Some(c.passthrough_server_names.clone()),
+            // An empty address is how the file says "no admin endpoint".
+            admin: Some(RawAdmin {
+                address: Some(c.admin.map(|a| a.to_string()).unwrap_or_default()),
+            }),
+            timeouts: Some(RawTimeouts {
+                handshake: dur(c.timeouts.handshake),
+                connect: dur(c.timeouts.connect),
+                idle: dur(c.timeouts.idle),
+                drain: dur(c.timeouts.drain),
+                tcp_keepalive: dur(c.timeouts.tcp_keepalive),
+            }),
+            limits: Some(RawLimits {
+                max_connections: Some(c.max_connections as u64),
+                max_client_hello_bytes: Some(c.max_client_hello_bytes as u64),
+            }),
+            reload: Some(RawReload {
+                interval: dur(c.reload_interval),
+            }),
+            log: Some(RawLog {
+                format: Some(c.log_format),
+                level: Some(c.log_level.clone()),
+            }),
+            worker_threads: Some(c.worker_threads as u64),
+        }
     }
 }
 
-/// The effective config as YAML, every default filled in (`--check-config`).
+/// The effective config as YAML, every default filled in (`--check-config`),
+/// written by the same schema the file is read with.
 impl fmt::Display for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let q = yaml_quote;
-        let list = |v: &[String]| {
-            format!(
-                "[{}]",
-                v.iter().map(|s| q(s)).collect::<Vec<_>>().join(", ")
-            )
-        };
-        writeln!(f, "listen:")?;
-        writeln!(f, "  address: {}", q(&self.listen.addr.ip().to_string()))?;
-        writeln!(f, "  port: {}", self.listen.addr.port())?;
-        writeln!(f, "  interface: {}", q(&self.listen.interface))?;
-        writeln!(f, "  manageAddress: {}", self.listen.manage_address)?;
-        writeln!(f, "  ensureInterval: {}", dur(self.listen.ensure_interval))?;
-        writeln!(f, "  backlog: {}", self.listen.backlog)?;
-        writeln!(f, "mode: {}", self.mode.as_str())?;
-        writeln!(f, "upstream:")?;
-        writeln!(f, "  serverName: {}", q(&self.upstream.server_name))?;
-        writeln!(f, "  port: {}", self.upstream.port)?;
-        let addrs: Vec<String> = self
-            .upstream
-            .addresses
-            .iter()
-            .map(|a| a.to_string())
-            .collect();
-        writeln!(f, "  addresses: {}", list(&addrs))?;
-        writeln!(
-            f,
-            "  caFile: {}",
-            q(&self.upstream.ca_file.display().to_string())
-        )?;
-        let balance = match self.upstream.balance {
-            Balance::RoundRobin => "round-robin",
-            Balance::LeastConnections => "least-connections",
-        };
-        writeln!(f, "  balance: {balance}")?;
-        writeln!(
-            f,
-            "  healthCheck: {{interval: {}, timeout: {}}}",
-            dur(self.upstream.health_interval),
-            dur(self.upstream.health_timeout)
-        )?;
-        writeln!(
-            f,
-            "  dns: {{minTtl: {}, maxTtl: {}}}",
-            dur(self.upstream.dns_min_ttl),
-            dur(self.upstream.dns_max_ttl)
-        )?;
-        match &self.tls {
-            Some(t) => writeln!(
-                f,
-                "tls: {{certFile: {}, keyFile: {}}}",
-                q(&t.cert_file.display().to_string()),
-                q(&t.key_file.display().to_string())
-            )?,
-            None => writeln!(f, "tls: null")?,
-        }
-        writeln!(
-            f,
-            "passthroughServerNames: {}",
-            list(&self.passthrough_server_names)
-        )?;
-        match self.admin {
-            Some(a) => writeln!(f, "admin: {{address: {}}}", q(&a.to_string()))?,
-            None => writeln!(f, "admin: {{address: \"\"}}")?,
-        }
-        let t = &self.timeouts;
-        writeln!(
-            f,
-            "timeouts: {{handshake: {}, connect: {}, idle: {}, drain: {}, tcpKeepalive: {}}}",
-            dur(t.handshake),
-            dur(t.connect),
-            dur(t.idle),
-            dur(t.drain),
-            dur(t.tcp_keepalive)
-        )?;
-        writeln!(
-            f,
-            "limits: {{maxConnections: {}, maxClientHelloBytes: {}}}",
-            self.max_connections, self.max_client_hello_bytes
-        )?;
-        writeln!(f, "reload: {{interval: {}}}", dur(self.reload_interval))?;
-        let fmt_name = match self.log_format {
-            LogFormatKey::Text => "text",
-            LogFormatKey::Json => "json",
-        };
-        writeln!(
-            f,
-            "log: {{format: {fmt_name}, level: {}}}",
-            q(&self.log_level)
-        )?;
-        writeln!(f, "workerThreads: {}", self.worker_threads)
+        let yaml = serde_saphyr::to_string(&RawConfig::from(self)).map_err(|_| fmt::Error)?;
+        f.write_str(&yaml)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const ISSUE_EXAMPLE: &str = r#"
-listen: {address: 240.0.0.1, port: 443, interface: hcp-ingress0}
-mode: reencrypt
-upstream:
-  serverName: api.tenant-01.example.com
-  port: 443
-  addresses: ["192.0.2.10", "192.0.2.11"]
-  caFile: /etc/hcp-ingress/ca.crt
-tls: {certFile: /etc/hcp-ingress/tls.crt, keyFile: /etc/hcp-ingress/tls.key}
-passthroughServerNames: [api.tenant-01.example.com]
-admin: {address: "127.0.0.1:9445"}
-"#;
-
-    fn err_of(text: &str) -> String {
-        validate(parse(text).unwrap()).unwrap_err().to_string()
-    }
-
-    #[test]
-    fn accepts_the_issue_example() {
-        let c = validate(parse(ISSUE_EXAMPLE).unwrap()).unwrap();
-        assert_eq!(c.listen.addr, "240.0.0.1:443".parse().unwrap());
-        assert_eq!(c.listen.interface, "hcp-ingress0");
-        assert!(c.listen.manage_address);
-        assert_eq!(c.mode, Mode::Reencrypt);
-        assert_eq!(c.upstream.addresses.len(), 2);
-        assert_eq!(c.max_connections, 10_000);
-        assert_eq!(c.admin, Some("127.0.0.1:9445".parse().unwrap()));
-        // The printed effective config parses back to the same config.
-        let again = validate(parse(&c.to_string()).unwrap()).unwrap();
-        assert_eq!(again, c);
-    }
-
-    #[test]
-    fn ipv6_everywhere() {
-        let c = validate(
-            parse(
-                r#"
-listen: {address: "fd00::1", port: 6443}
-mode: passthrough
-upstream: {serverName: "api.x.example.com", addresses: ["2001:db8::10", "[2001:db8::11]"], caFile: /ca}
-admin: {address: "[::1]:9445"}
-"#,
-            )
-            .unwrap(),
-        )
-        .unwrap();
-        assert_eq!(c.listen.addr, "[fd00::1]:6443".parse().unwrap());
-        assert_eq!(
-            c.upstream.addresses[1],
-            "2001:db8::11".parse::<IpAddr>().unwrap()
-        );
-        assert_eq!(c.admin, Some("[::1]:9445".parse().unwrap()));
-        assert_eq!(c.listen.interface, "lo");
-        assert_eq!(c.passthrough_server_names, vec!["api.x.example.com"]);
-        assert_eq!(validate(parse(&c.to_string()).unwrap()).unwrap(), c);
-    }
-
-    #[test]
-    fn printed_config_escapes_what_yaml_cannot_carry_raw() {
-        // Found by fuzzing: a NEL in listen.interface was printed raw and read
-        // back as a space. DEL, LS and U+FEFF are as bad (rejected or folded).
-        let c = validate(
-            parse(
-                r#"
-mode: passthrough
-upstream: {serverName: a.example.com, caFile: "/ca\x7f\u2029"}
-listen: {interface: "e\u0085\u2028\ufeff"}
-log: {level: "a\x7fb\"c\\d\te"}
-"#,
-            )
-            .unwrap(),
-        )
-        .unwrap();
-        assert_eq!(c.log_level, "a\u{7f}b\"c\\d\te");
-        assert_eq!(validate(parse(&c.to_string()).unwrap()).unwrap(), c);
-    }
-
-    #[test]
-    fn errors_name_the_key() {
-        let base = "upstream: {serverName: a.example.com, caFile: /ca}\nmode: passthrough\n";
-        assert_eq!(
-            err_of(&format!("{base}listen: {{port: 70000}}")),
-            "listen.port: 70000 is out of range 1-65535"
-        );
-        assert_eq!(
-            err_of(
-                "upstream: {serverName: a.example.com, caFile: /ca, port: 70000}\nmode: passthrough"
-            ),
-            "upstream.port: 70000 is out of range 1-65535"
-        );
-        assert!(err_of("mode: passthrough").starts_with("upstream:"));
-        assert!(err_of("upstream: {caFile: /ca}").starts_with("upstream.serverName:"));
-        assert!(err_of("upstream: {serverName: a.example.com}").starts_with("upstream.caFile:"));
-        assert!(err_of("upstream: {serverName: a.example.com, caFile: /ca}").starts_with("tls:"));
-        assert!(err_of(&format!("{base}timeouts: {{idle: 5x}}")).starts_with("timeouts.idle:"));
-        assert!(err_of(&format!("{base}timeouts: {{idle: 0s}}")).starts_with("timeouts.idle:"));
-        assert!(
-            err_of("upstream: {serverName: a.example.com, caFile: /ca, addresses: [nope]}\nmode: passthrough")
-                .starts_with("upstream.addresses[0]:")
-        );
-        assert!(err_of(&format!("{base}admin: {{address: nope}}")).starts_with("admin.address:"));
-        assert!(
-            err_of(&format!("{base}passthroughServerNames: [\"a b\"]"))
-                .starts_with("passthroughServerNames[0]:")
-        );
-    }
-
-    #[test]
-    fn unknown_keys_and_bad_enums_are_parse_errors() {
-        assert!(
-            parse("lisen: {}")
-                .unwrap_err()
-                .to_string()
-                .contains("lisen")
-        );
-        assert!(
-            parse("mode: tunnel")
-                .unwrap_err()
-                .to_string()
-                .contains("tunnel")
-        );
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(
-            parse_duration("k", "500ms").unwrap(),
-            Duration::from_millis(500)
-        );
-        assert_eq!(parse_duration("k", "2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(
-            parse_duration("k", "1h").unwrap(),
-            Duration::from_secs(3600)
-        );
-        assert!(parse_duration("k", "").is_err());
-        assert!(parse_duration("k", "s").is_err());
-        assert!(parse_duration("k", "99999999999999999999h").is_err());
-        assert_eq!(
-            parse_duration("k", "1m30s").unwrap(),
-            Duration::from_secs(90)
-        );
-        assert_eq!(parse_duration("k", " 5s ").unwrap(), Duration::from_secs(5));
-        // No unit, a negative length, a unit of no fixed length.
-        for refused in ["5", "-5s", "1d", "5 parsecs"] {
-            assert!(parse_duration("k", refused).is_err(), "{refused:?}");
-        }
-    }
-}
+mod tests;

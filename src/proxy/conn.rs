@@ -1,228 +1,30 @@
 //! One client connection: ClientHello → path decision → upstream → copy.
+//! [`hello`] reads the ClientHello and decides the path, [`dial`] reaches
+//! the upstream; this module runs a connection through them and the copy.
 
-use std::{
-    io,
-    net::SocketAddr,
-    pin::Pin,
-    sync::Arc,
-    task::{Context, Poll},
-    time::Duration,
-};
+mod dial;
+mod hello;
+
+use std::{io, net::SocketAddr, sync::Arc, time::Duration};
 
 use prometheus_client::metrics::counter::Counter;
-use rustls_pki_types::ServerName;
 use tokio::{
-    io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf},
     net::TcpStream,
     time::{Instant, timeout},
 };
-use tokio_rustls::{TlsAcceptor, TlsConnector, client::TlsStream};
+use tokio_rustls::TlsAcceptor;
 use tracing::{debug, warn};
 
+pub use dial::{connect_failure_reason, tune};
+use dial::{connect_l4, connect_tls};
+use hello::read_hello;
+pub use hello::{Path, Rewind, decide};
+
 use super::{
-    clienthello::{self, ClientHello, HelloError, Parsed},
-    config::Mode,
     copy::{CopyEnd, CopyError, Side, copy_bidirectional},
     metrics::{BytesLabel, PathLabel},
-    proxy_protocol,
-    server::{Shared, State},
-    upstream::{ActiveGuard, Backend},
+    state::{Shared, State},
 };
-
-/// The path a connection takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Path {
-    /// SNI is a passthrough name: L4 untouched.
-    SniPassthrough,
-    /// Terminate and re-originate TLS.
-    Reencrypt,
-    /// L4 (mode passthrough).
-    Passthrough,
-    /// PROXY v2 header, then L4.
-    ProxyProtocol,
-}
-
-impl Path {
-    /// Metric label value.
-    pub fn label(self) -> &'static str {
-        match self {
-            Path::SniPassthrough => "sni-passthrough",
-            Path::Reencrypt => "reencrypt",
-            Path::Passthrough => "passthrough",
-            Path::ProxyProtocol => "proxy-protocol",
-        }
-    }
-}
-
-/// Pure routing decision.
-pub fn decide(hello: &ClientHello, passthrough_names: &[String], mode: Mode) -> Path {
-    if let Some(sni) = &hello.sni
-        && passthrough_names.iter().any(|n| n == sni)
-    {
-        return Path::SniPassthrough;
-    }
-    match mode {
-        Mode::Reencrypt => Path::Reencrypt,
-        Mode::Passthrough => Path::Passthrough,
-        Mode::ProxyProtocol => Path::ProxyProtocol,
-    }
-}
-
-/// Why reading the ClientHello failed.
-#[derive(Debug, thiserror::Error)]
-enum ReadHelloError {
-    #[error(transparent)]
-    Hello(#[from] HelloError),
-    #[error("failed to read ClientHello: connection closed early")]
-    Eof,
-    #[error("failed to read ClientHello: {0}")]
-    Io(#[from] io::Error),
-}
-
-impl ReadHelloError {
-    fn reason(&self) -> &'static str {
-        match self {
-            ReadHelloError::Hello(h) => h.reason(),
-            ReadHelloError::Eof => "eof",
-            ReadHelloError::Io(_) => "io",
-        }
-    }
-}
-
-/// Read until a complete ClientHello (or an error), never more than `max`.
-async fn read_hello(
-    s: &mut TcpStream,
-    max: usize,
-) -> Result<(Vec<u8>, ClientHello), ReadHelloError> {
-    let mut buf = Vec::with_capacity(1536.min(max));
-    loop {
-        if buf.len() == buf.capacity() {
-            buf.reserve((buf.len()).min(max - buf.len()).max(512));
-        }
-        let room = max.saturating_sub(buf.len());
-        if room == 0 {
-            return Err(HelloError::Oversized.into());
-        }
-        let n = (&mut *s).take(room as u64).read_buf(&mut buf).await?;
-        if n == 0 {
-            return Err(ReadHelloError::Eof);
-        }
-        if let Parsed::Done(h) = clienthello::parse(&buf, max)? {
-            return Ok((buf, h));
-        }
-    }
-}
-
-/// A stream that first yields bytes already read from it.
-pub struct Rewind<S> {
-    prefix: Option<Vec<u8>>,
-    pos: usize,
-    inner: S,
-}
-
-impl<S> Rewind<S> {
-    /// Wrap `inner`, replaying `prefix` first.
-    pub fn new(inner: S, prefix: Vec<u8>) -> Self {
-        Self {
-            prefix: Some(prefix),
-            pos: 0,
-            inner,
-        }
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = &mut *self;
-        if let Some(p) = &this.prefix {
-            let n = (p.len() - this.pos).min(buf.remaining());
-            buf.put_slice(&p[this.pos..this.pos + n]);
-            this.pos += n;
-            if this.pos == p.len() {
-                // Free the ClientHello copy once replayed.
-                this.prefix = None;
-            }
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut this.inner).poll_read(cx, buf)
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-}
-
-/// TCP options on both sides: no Nagle (API requests are small and
-/// latency-bound), keepalive to notice dead peers on long watches.
-pub fn tune(s: &TcpStream, keepalive: Duration) {
-    let _ = s.set_nodelay(true);
-    let ka = socket2::TcpKeepalive::new()
-        .with_time(keepalive)
-        .with_interval(Duration::from_secs(10).min(keepalive));
-    let _ = socket2::SockRef::from(s).set_tcp_keepalive(&ka);
-}
-
-/// Open a TCP connection to `addr` and send `first` (the ClientHello, PROXY
-/// header in front when needed) before the stream is handed back.
-async fn dial(addr: SocketAddr, keepalive: Duration, first: &[u8]) -> io::Result<TcpStream> {
-    let mut s = TcpStream::connect(addr).await?;
-    tune(&s, keepalive);
-    if !first.is_empty() {
-        s.write_all(first).await?;
-    }
-    Ok(s)
-}
-
-fn mark(shared: &Shared, b: &Backend, healthy: bool) {
-    if b.set_healthy(healthy) {
-        shared.set_health_gauge(b.addr, healthy);
-        if healthy {
-            tracing::info!(upstream = %b.addr, "upstream reachable again");
-        } else {
-            warn!(upstream = %b.addr, "upstream marked down after a failed connection");
-        }
-    }
-}
-
-/// Metric reason of a failed upstream attempt at `stage` (`connect`, `tls`).
-/// A certificate the CA does not verify is `certificate`, apart from other
-/// TLS failures: it needs an operator, not a retry.
-pub fn connect_failure_reason(stage: &str, e: &io::Error) -> &'static str {
-    match (stage, e.kind()) {
-        ("connect", io::ErrorKind::ConnectionRefused) => "refused",
-        ("connect", _) => "connect",
-        _ => match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
-            Some(rustls::Error::InvalidCertificate(_)) => "certificate",
-            _ => "tls",
-        },
-    }
-}
 
 /// Metric reason of an error that ended a forwarding connection.
 pub fn stream_error_reason(e: &io::Error) -> &'static str {
@@ -255,101 +57,6 @@ fn copy_ended(shared: &Shared, peer: SocketAddr, r: Result<CopyEnd, CopyError>) 
             debug!(%peer, side, reason, error = %e.source, "connection ended by an error");
         }
     }
-}
-
-/// Try every address in balance order; the first whose `attempt` succeeds
-/// within the connect timeout wins. Failures are counted by stage (`refused`,
-/// `connect`, `tls`, `timeout`) and mark the address down; nothing has been
-/// forwarded yet, so the next address is safe to try.
-async fn with_failover<T, F, Fut>(
-    shared: &Shared,
-    state: &State,
-    mut attempt: F,
-) -> Option<(T, ActiveGuard)>
-where
-    F: FnMut(SocketAddr) -> Fut,
-    Fut: std::future::Future<Output = Result<T, (&'static str, io::Error)>>,
-{
-    let cfg = &state.cfg;
-    let started = Instant::now();
-    for b in shared.pool.attempt_order(cfg.upstream.balance) {
-        match timeout(cfg.timeouts.connect, attempt(b.addr)).await {
-            Ok(Ok(s)) => {
-                shared
-                    .metrics
-                    .connect_seconds
-                    .observe(started.elapsed().as_secs_f64());
-                mark(shared, &b, true);
-                return Some((s, ActiveGuard::new(b)));
-            }
-            Ok(Err((stage, e))) => {
-                let reason = connect_failure_reason(stage, &e);
-                if reason == "certificate" {
-                    // Not a transient fault: the ingress serves a certificate
-                    // our CA does not sign (wrong CA bundle, rotated CA).
-                    warn!(upstream = %b.addr, error = %e, "upstream certificate rejected");
-                } else {
-                    debug!(upstream = %b.addr, error = %e, stage, "failed to connect upstream");
-                }
-                shared.metrics.upstream_error(reason);
-                mark(shared, &b, false);
-            }
-            Err(_) => {
-                shared.metrics.upstream_error("timeout");
-                mark(shared, &b, false);
-            }
-        }
-    }
-    shared.metrics.upstream_error("exhausted");
-    None
-}
-
-/// L4 (passthrough, proxy-protocol): TCP, then the buffered ClientHello
-/// (behind a PROXY v2 header in proxy-protocol mode).
-async fn connect_l4(
-    shared: &Shared,
-    state: &State,
-    path: Path,
-    hello: &[u8],
-    client: SocketAddr,
-    local: SocketAddr,
-) -> Option<(TcpStream, ActiveGuard)> {
-    let cfg = &state.cfg;
-    let first = if path == Path::ProxyProtocol {
-        let mut h = proxy_protocol::header(client, local, &cfg.upstream.server_name);
-        h.extend_from_slice(hello);
-        h
-    } else {
-        hello.to_vec()
-    };
-    let first = &first;
-    with_failover(shared, state, |addr| async move {
-        dial(addr, cfg.timeouts.tcp_keepalive, first)
-            .await
-            .map_err(|e| ("connect", e))
-    })
-    .await
-}
-
-/// Reencrypt: TCP + TLS to the upstream with the client's ALPN offer.
-async fn connect_tls(
-    shared: &Shared,
-    state: &State,
-    alpn: &[Vec<u8>],
-) -> Option<(TlsStream<TcpStream>, ActiveGuard)> {
-    let cfg = &state.cfg;
-    let connector = &TlsConnector::from(state.tls.client_for(alpn));
-    let name = &ServerName::try_from(cfg.upstream.server_name.clone()).ok()?;
-    with_failover(shared, state, |addr| async move {
-        let s = dial(addr, cfg.timeouts.tcp_keepalive, &[])
-            .await
-            .map_err(|e| ("connect", e))?;
-        connector
-            .connect(name.clone(), s)
-            .await
-            .map_err(|e| ("tls", e))
-    })
-    .await
 }
 
 /// Decrements the active gauge of a path on drop.
@@ -509,6 +216,9 @@ async fn reencrypt(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use crate::proxy::{clienthello::ClientHello, config::Mode};
 
     #[test]
     fn routing() {

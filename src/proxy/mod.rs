@@ -6,6 +6,7 @@
 //! and picks a path → [`upstream`] picks an address → bytes flow through
 //! [`copy`] (TLS via [`tls`]; PROXY v2 via [`proxy_protocol`]). [`reload`]
 //! swaps config and certificates, [`admin`] serves probes and [`metrics`].
+//! What they share lives in [`state`].
 
 pub mod admin;
 pub mod clienthello;
@@ -21,6 +22,7 @@ pub mod netlink;
 pub mod proxy_protocol;
 pub mod reload;
 pub mod server;
+pub mod state;
 pub mod tls;
 pub mod upstream;
 
@@ -47,27 +49,6 @@ pub struct ProxyArgs {
     /// which shares the admin port, never vouches for the new one.
     #[arg(long, env = "HCP_PROXY_REVISION")]
     pub revision: Option<String>,
-}
-
-/// Name the config key a TLS loading error is about.
-fn tls_key(cfg: &config::Config, err: &tls::TlsError) -> &'static str {
-    let path = match err {
-        tls::TlsError::Read { path, .. } | tls::TlsError::Pem { path, .. } => path.as_str(),
-        tls::TlsError::Rustls(_) => return "tls.keyFile",
-    };
-    let is = |p: &std::path::Path| p.display().to_string() == path;
-    match &cfg.tls {
-        Some(t) if is(&t.cert_file) => "tls.certFile",
-        Some(t) if is(&t.key_file) => "tls.keyFile",
-        _ => "upstream.caFile",
-    }
-}
-
-/// Load config and TLS, with errors prefixed by the key at fault.
-fn load(path: &std::path::Path) -> Result<server::State, String> {
-    let cfg = config::load(path).map_err(|e| e.to_string())?;
-    let tls = tls::TlsMaterial::load(&cfg).map_err(|e| format!("{}: {e}", tls_key(&cfg, &e)))?;
-    Ok(server::State { cfg, tls })
 }
 
 /// Descriptors `max_connections` proxied connections need: two sockets each
@@ -118,7 +99,7 @@ fn raise_nofile(max_connections: usize) {
 /// Entry point of `hcp-ingress proxy`.
 pub fn main(args: ProxyArgs) -> ExitCode {
     if let Some(path) = args.check_config {
-        return match load(&path) {
+        return match state::State::load(&path) {
             Ok(state) => {
                 print!("{}", state.cfg);
                 ExitCode::SUCCESS
@@ -133,7 +114,7 @@ pub fn main(args: ProxyArgs) -> ExitCode {
         eprintln!("error: --config or --check-config is required");
         return ExitCode::from(2);
     };
-    let state = match load(&path) {
+    let state = match state::State::load(&path) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");

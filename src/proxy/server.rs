@@ -1,4 +1,6 @@
 //! The running proxy: listener, accept loop, background tasks, drain.
+//! It starts [`conn`], [`reload`] and [`admin`]; all of them share
+//! [`super::state`], which depends on none of them.
 
 use std::{
     net::SocketAddr,
@@ -21,11 +23,12 @@ use tokio_rustls::TlsConnector;
 use tracing::{error, info, warn};
 
 use super::{
-    config::{Config, Mode},
+    admin,
+    config::Mode,
     conn,
-    metrics::{AddressLabel, Metrics},
-    netlink, proxy_protocol,
-    tls::TlsMaterial,
+    metrics::Metrics,
+    netlink, proxy_protocol, reload,
+    state::{Shared, State},
     upstream::{self, Pool},
 };
 
@@ -43,64 +46,6 @@ pub enum ServerError {
     /// The listen address could not be put on its interface.
     #[error("failed to set up the listen address: {0}")]
     Address(#[from] netlink::NetlinkError),
-}
-
-/// A config with the TLS material built from it.
-pub struct State {
-    /// Validated config.
-    pub cfg: Config,
-    /// TLS configs for new connections.
-    pub tls: TlsMaterial,
-}
-
-/// State shared by every task.
-pub struct Shared {
-    /// Metrics registry and handles.
-    pub metrics: Metrics,
-    /// Current config + TLS; swapped on reload.
-    pub state: ArcSwap<State>,
-    /// Upstream addresses.
-    pub pool: Pool,
-    /// True while the listener accepts.
-    pub listening: AtomicBool,
-    /// Wakes the address task after a reload.
-    pub reloaded: Notify,
-    /// The pod template revision (`--revision`), for `/readyz/<revision>`.
-    pub revision: Option<String>,
-}
-
-impl Shared {
-    /// Ready: listening with at least one healthy upstream.
-    pub fn is_ready(&self) -> bool {
-        self.listening.load(Ordering::Relaxed) && self.pool.any_healthy()
-    }
-
-    /// Publish an address's health.
-    pub fn set_health_gauge(&self, addr: SocketAddr, healthy: bool) {
-        self.metrics
-            .upstream_healthy
-            .get_or_create(&AddressLabel {
-                address: addr.to_string(),
-            })
-            .set(i64::from(healthy));
-    }
-
-    fn set_addresses(&self, addrs: &[SocketAddr]) {
-        let before: Vec<SocketAddr> = self.pool.backends().iter().map(|b| b.addr).collect();
-        for gone in self.pool.set(addrs) {
-            self.metrics.upstream_healthy.remove(&AddressLabel {
-                address: gone.to_string(),
-            });
-        }
-        for b in self.pool.backends().iter() {
-            if !before.contains(&b.addr) {
-                self.set_health_gauge(b.addr, b.is_healthy());
-            }
-        }
-        if before != addrs {
-            info!(upstreams = ?addrs, "upstream addresses");
-        }
-    }
 }
 
 /// Bind the client listener. FREEBIND lets it start before the address is
@@ -346,12 +291,12 @@ pub async fn run(
             addr: admin,
             source,
         })?;
-        tokio::spawn(super::admin::run(l, shared.clone()));
+        tokio::spawn(admin::run(l, shared.clone()));
         info!(%admin, "admin endpoint");
     }
     tokio::spawn(address_loop(shared.clone()));
     tokio::spawn(health_loop(shared.clone()));
-    tokio::spawn(super::reload::run(shared.clone(), config_path));
+    tokio::spawn(reload::run(shared.clone(), config_path));
 
     let limit = Arc::new(Semaphore::new(cfg.max_connections));
     shared.listening.store(true, Ordering::Relaxed);

@@ -4,6 +4,7 @@
 mod bad_input;
 mod crd;
 mod golden;
+mod modules;
 mod properties;
 mod schema;
 

@@ -407,10 +407,13 @@ fn check_config_prints_the_effective_config_or_names_the_key() {
     };
     let (code, out, _) = check(&good);
     assert_eq!(code, Some(0));
-    assert!(
-        out.contains("maxConnections: 10000") && out.contains("interface: \"hcp-ingress0\""),
-        "{out}"
-    );
+    // The effective config, defaults filled in, is itself a valid file.
+    let printed = hcp_ingress::proxy::config::parse(&out)
+        .and_then(hcp_ingress::proxy::config::validate)
+        .unwrap_or_else(|e| panic!("{e}\n{out}"));
+    assert!(out.contains("maxConnections: 10000"), "{out}");
+    assert_eq!(printed.max_connections, 10000);
+    assert_eq!(printed.listen.interface, "hcp-ingress0");
     let (code, _, err) = check(&good.replace("port: 443\n  addresses", "port: 70000\n  addresses"));
     assert_eq!(code, Some(2));
     assert!(

@@ -15,7 +15,13 @@ use super::{
     ENDPOINT_SLICE_MANAGER, NAME, NAMESPACE, ProxyTls, SKIP_MIRROR_LABEL, WorkloadError,
     WorkloadInputs, bytes, own_labels, proxy_spec, selector_labels, typed,
 };
-use crate::api::{ControlPlaneIngress, ProxyMode, ProxySpec, Steering};
+use crate::{
+    api::{ControlPlaneIngress, ProxyMode, ProxySpec, Steering},
+    proxy::config::{
+        LogFormatKey, Mode, RESTART_ONLY_KEYS, RawAdmin, RawConfig, RawListen, RawLog, RawTimeouts,
+        RawTls, RawUpstream,
+    },
+};
 
 /// Where the ConfigMap is mounted (`config.yaml`, `ca.crt`).
 pub const CONFIG_DIR: &str = "/etc/hcp-ingress/config";
@@ -37,9 +43,6 @@ const SERVICE_STEERING_PORT: u16 = 6443;
 /// The proxy's `timeouts.drain`; the pod's grace period leaves room beyond it.
 const DRAIN_SECONDS: i64 = 30;
 const GRACE_SECONDS: i64 = DRAIN_SECONDS + 10;
-/// The config keys the proxy reads only at start (src/proxy/reload.rs):
-/// changing one of them must restart the pods; anything else hot-reloads.
-const RESTART_ONLY_KEYS: [&str; 5] = ["listen", "admin", "limits", "workerThreads", "log"];
 /// The distroless image's non-root user.
 const NONROOT: i64 = 65532;
 
@@ -68,8 +71,8 @@ pub fn proxy_capabilities(spec: &ProxySpec, port: u16) -> Vec<&'static str> {
 
 /// The proxy config file (`hcp-ingress proxy --config`) as YAML.
 pub fn proxy_config(cpi: &ControlPlaneIngress, inputs: &WorkloadInputs) -> String {
-    let value = config_value(cpi, inputs);
-    let yaml = serde_saphyr::to_string(&value).expect("JSON values serialize to YAML");
+    let yaml = serde_saphyr::to_string(&config_file(cpi, inputs))
+        .expect("the config schema serializes to YAML");
     format!(
         "# Written by hcp-ingress for ControlPlaneIngress {}; edits are overwritten.\n{yaml}",
         cpi_name(cpi)
@@ -84,7 +87,9 @@ fn cpi_name(cpi: &ControlPlaneIngress) -> String {
     )
 }
 
-fn config_value(cpi: &ControlPlaneIngress, inputs: &WorkloadInputs) -> Value {
+/// The config file, in the schema the proxy parses: what is not set here
+/// takes the proxy's default.
+fn config_file(cpi: &ControlPlaneIngress, inputs: &WorkloadInputs) -> RawConfig {
     let spec = proxy_spec(cpi);
     let ingress = &cpi.spec.ingress;
     let (address, manage_address) = match spec.steering {
@@ -93,46 +98,66 @@ fn config_value(cpi: &ControlPlaneIngress, inputs: &WorkloadInputs) -> Value {
         Steering::Service if inputs.service_ip.is_ipv6() => ("::".to_string(), false),
         Steering::Service => ("0.0.0.0".to_string(), false),
     };
-    let mut upstream = json!({
-        "serverName": ingress.api_host,
-        "port": ingress.port,
-        // The ingress passes the tenant API server's own certificate through.
-        "caFile": format!("{CONFIG_DIR}/ca.crt"),
-    });
-    if !spec.upstreams.is_empty() {
-        upstream["addresses"] = json!(spec.upstreams);
-    }
-    let mut config = json!({
-        "listen": {"address": address, "port": proxy_port(&spec, inputs), "interface": "lo", "manageAddress": manage_address},
-        "mode": mode_name(spec.mode),
-        "upstream": upstream,
+    RawConfig {
+        listen: Some(RawListen {
+            address: Some(address),
+            port: Some(proxy_port(&spec, inputs).into()),
+            interface: Some("lo".to_string()),
+            manage_address: Some(manage_address),
+            ..RawListen::default()
+        }),
+        mode: Some(mode(spec.mode)),
+        upstream: Some(RawUpstream {
+            server_name: Some(ingress.api_host.clone()),
+            // The CRD bounds the port; one out of range still is (0), so the
+            // proxy refuses it naming upstream.port instead of defaulting.
+            port: Some(u64::try_from(ingress.port).unwrap_or(0)),
+            addresses: (!spec.upstreams.is_empty()).then(|| spec.upstreams.clone()),
+            // The ingress passes the tenant API server's own certificate through.
+            ca_file: Some(format!("{CONFIG_DIR}/ca.crt").into()),
+            ..RawUpstream::default()
+        }),
+        tls: (spec.mode == ProxyMode::Reencrypt).then(|| RawTls {
+            cert_file: Some(format!("{TLS_DIR}/tls.crt").into()),
+            key_file: Some(format!("{TLS_DIR}/tls.key").into()),
+        }),
         // A client that already names the API host keeps end-to-end TLS (client certificates work).
-        "passthroughServerNames": [ingress.api_host],
-        "admin": {"address": format!("127.0.0.1:{ADMIN_PORT}")},
-        "timeouts": {"drain": format!("{DRAIN_SECONDS}s")},
-        "log": {"format": "json"},
-    });
-    if spec.mode == ProxyMode::Reencrypt {
-        config["tls"] = json!({"certFile": format!("{TLS_DIR}/tls.crt"), "keyFile": format!("{TLS_DIR}/tls.key")});
+        passthrough_server_names: Some(vec![ingress.api_host.clone()]),
+        admin: Some(RawAdmin {
+            address: Some(format!("127.0.0.1:{ADMIN_PORT}")),
+        }),
+        timeouts: Some(RawTimeouts {
+            drain: Some(format!("{DRAIN_SECONDS}s")),
+            ..RawTimeouts::default()
+        }),
+        log: Some(RawLog {
+            format: Some(LogFormatKey::Json),
+            level: None,
+        }),
+        ..RawConfig::default()
     }
-    config
 }
 
-fn mode_name(mode: ProxyMode) -> &'static str {
+fn mode(mode: ProxyMode) -> Mode {
     match mode {
-        ProxyMode::Reencrypt => "reencrypt",
-        ProxyMode::Passthrough => "passthrough",
-        ProxyMode::ProxyProtocol => "proxy-protocol",
+        ProxyMode::Reencrypt => Mode::Reencrypt,
+        ProxyMode::Passthrough => Mode::Passthrough,
+        ProxyMode::ProxyProtocol => Mode::ProxyProtocol,
     }
 }
 
 /// Hash of the restart-only settings: the pods roll when one changes and
 /// only then. Certificates and the rest of the config hot-reload (the proxy
 /// polls the mounted files), so a re-minted certificate never rolls a node.
-fn restart_hash(config: &Value) -> String {
+/// Keys are the proxy's own list, dotted paths into the file.
+fn restart_hash(config: &RawConfig) -> String {
+    let value = serde_json::to_value(config).expect("the config schema serializes to JSON");
     let restart_only: BTreeMap<&str, &Value> = RESTART_ONLY_KEYS
         .iter()
-        .filter_map(|k| config.get(*k).map(|v| (*k, v)))
+        .filter_map(|k| {
+            let pointer = format!("/{}", k.replace('.', "/"));
+            value.pointer(&pointer).map(|v| (*k, v))
+        })
         .collect();
     md5_hex(&restart_only)
 }
@@ -229,7 +254,7 @@ pub(super) fn daemon_set(
         volumes
             .push(json!({"name": "tls", "secret": {"secretName": NAME, "defaultMode": file_mode}}));
     }
-    let config = config_value(cpi, inputs);
+    let config = config_file(cpi, inputs);
     let mut daemon_set = json!({
         "apiVersion": "apps/v1", "kind": "DaemonSet",
         "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": own_labels()},
