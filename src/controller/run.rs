@@ -33,7 +33,7 @@ use super::{
     reconcile::{error_policy, reconcile},
     sources,
 };
-use crate::{api::ControlPlaneIngress, sources::SourceKind, telemetry::admin};
+use crate::{api::ControlPlaneIngress, sources::SourceKind, telemetry::health};
 
 /// Everything `run` needs, from flags or from a test.
 #[derive(Clone, Debug)]
@@ -151,7 +151,7 @@ struct AdminState {
     metrics: Arc<Metrics>,
 }
 
-impl admin::Health for AdminState {
+impl health::Health for AdminState {
     fn ready(&self) -> bool {
         // A standby replica is healthy and ready to take over; the leader is
         // ready once its watch caches are filled.
@@ -196,7 +196,7 @@ pub async fn run(
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| Error::Start(format!("failed to listen on {addr}: {e}")))?;
-        tokio::spawn(admin::serve(
+        tokio::spawn(health::serve(
             listener,
             state.clone(),
             shutdown.clone().cancelled_owned(),

@@ -1,4 +1,4 @@
-//! The proxy's admin endpoint: the shared admin server (`telemetry::admin`)
+//! The proxy's admin endpoint: the shared admin server (`telemetry::health`)
 //! answering with the proxy's readiness and metrics.
 
 use std::sync::Arc;
@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 use super::state::Shared;
-use crate::telemetry::admin::{self, Health};
+use crate::telemetry::health::{self, Health};
 
 impl Health for Shared {
     fn ready(&self) -> bool {
@@ -28,5 +28,5 @@ impl Health for Shared {
 
 /// Serve `/healthz`, `/readyz` and `/metrics` until the process ends.
 pub async fn run(listener: TcpListener, shared: Arc<Shared>) {
-    admin::serve(listener, shared, std::future::pending()).await
+    health::serve(listener, shared, std::future::pending()).await
 }

@@ -38,7 +38,7 @@ pub fn init_logging(format: LogFormat, default_level: &str) {
     let _ = result;
 }
 
-pub mod admin;
+pub mod health;
 
 /// Flush and stop trace export (a no-op without the `telemetry` feature).
 /// The trace id of the current span when traces are exported (the
