@@ -40,6 +40,7 @@ pub use leader::{Leader, LeaseConfig, campaign};
 pub use metrics::Metrics;
 pub use reconcile::PAUSED_ANNOTATION;
 pub use run::{Settings, run};
+pub(crate) use workload::find_ccm_workloads;
 
 use crate::{
     api::ControlPlaneIngress,

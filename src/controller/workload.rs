@@ -18,6 +18,8 @@ mod steering;
 mod tls;
 mod upstream;
 
+pub(crate) use ccm::find_ccm_workloads;
+
 pub use cleanup::{Removal, cleanup};
 pub use client::Clients;
 

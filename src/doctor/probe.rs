@@ -25,7 +25,7 @@ use crate::{
     api::ControlPlaneIngress,
     controller::redact,
     proxy::dns,
-    render::workload::{self, CCM_NAMESPACE, NAME, NAMESPACE, OverrideTarget, WorkloadKind},
+    render::workload::{NAME, NAMESPACE, OverrideTarget},
 };
 
 const TYPE_A: u16 = 1;
@@ -364,7 +364,10 @@ pub async fn workload_state(
         .get_opt(NAME)
         .await
         .map_err(failed(&format!("DaemonSet {NAMESPACE}/{NAME}")))?;
-    let (ccm_found, ccm_missing) = ccm_workloads(client, cpi).await?;
+    // Found as the controller finds them.
+    let (ccm_found, ccm_missing) = crate::controller::find_ccm_workloads(client, cpi)
+        .await
+        .map_err(|(what, e)| format!("failed to {what}: {e}"))?;
     Ok(WorkloadState {
         service,
         endpoints,
@@ -377,92 +380,6 @@ pub async fn workload_state(
 
 /// The CCM workloads the controller would patch: explicit targets (missing
 /// ones reported), the well-known names, and those `spec.ccm.selector` selects.
-async fn ccm_workloads(
-    client: &Client,
-    cpi: &ControlPlaneIngress,
-) -> Result<(Vec<(OverrideTarget, DynamicObject)>, Vec<String>), String> {
-    let targets = workload::ccm_targets(cpi);
-    let mut found: Vec<(OverrideTarget, DynamicObject)> = Vec::new();
-    let mut missing = Vec::new();
-    let mut listed: std::collections::HashMap<WorkloadKind, Vec<DynamicObject>> =
-        Default::default();
-    for target in &targets {
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            client.clone(),
-            &target.namespace,
-            &target.kind.api_resource(),
-        );
-        let object = format!(
-            "{} {}/{}",
-            target.kind.as_str(),
-            target.namespace,
-            target.name
-        );
-        let live = if target.well_known {
-            // One list per kind answers every well-known name.
-            let items = match listed.entry(target.kind) {
-                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    let items = api
-                        .list(&ListParams::default())
-                        .await
-                        .map_err(|err| {
-                            format!(
-                                "failed to list {}s in {}: {err}",
-                                target.kind.as_str(),
-                                target.namespace
-                            )
-                        })?
-                        .items;
-                    e.insert(items)
-                }
-            };
-            items.iter().find(|o| o.name_any() == target.name).cloned()
-        } else {
-            api.get_opt(&target.name)
-                .await
-                .map_err(|e| format!("failed to read {object}: {e}"))?
-        };
-        match live {
-            Some(live) => found.push((target.clone(), live)),
-            None if !target.well_known => missing.push(object),
-            None => {}
-        }
-    }
-    let selector = cpi.spec.ccm.clone().unwrap_or_default().selector;
-    if !targets.is_empty() && !selector.is_empty() {
-        let labels: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let params = ListParams::default().labels(&labels.join(","));
-        for kind in [WorkloadKind::Deployment, WorkloadKind::DaemonSet] {
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(client.clone(), CCM_NAMESPACE, &kind.api_resource());
-            let list = api.list(&params).await.map_err(|e| {
-                format!(
-                    "failed to list {}s selected by spec.ccm.selector: {e}",
-                    kind.as_str()
-                )
-            })?;
-            for live in list {
-                if found
-                    .iter()
-                    .any(|(t, _)| t.kind == kind && t.name == live.name_any())
-                {
-                    continue;
-                }
-                let target = OverrideTarget {
-                    kind,
-                    namespace: CCM_NAMESPACE.to_string(),
-                    name: live.name_any(),
-                    containers: Vec::new(),
-                    well_known: false,
-                };
-                found.push((target, live));
-            }
-        }
-    }
-    Ok((found, missing))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,23 +16,19 @@ use crate::{
     render::workload::{self as ccm, OverrideTarget},
 };
 
-/// Set `KUBERNETES_SERVICE_HOST/PORT` on each CCM target found.
-pub(super) async fn configure_ccm(
-    ctx: &Context,
-    cpi: &ControlPlaneIngress,
+/// The CCM workloads `cpi` targets that exist in the workload cluster (with
+/// the live object), and the named targets that do not (well-known names are
+/// only looked for). On failure: what was being read, and the error.
+pub(crate) async fn find_ccm_workloads(
     client: &Client,
-) -> Result<Desired, Unreachable> {
+    cpi: &ControlPlaneIngress,
+) -> Result<(Vec<(OverrideTarget, DynamicObject)>, Vec<String>), (String, kube::Error)> {
     let targets = ccm::ccm_targets(cpi);
-    if targets.is_empty() {
-        return Ok(Desired::ok(
-            types::CCM_CONFIGURED,
-            "Disabled",
-            "spec.ccm.enabled is false",
-        ));
-    }
-    let spec = cpi.spec.ccm.clone().unwrap_or_default();
     let mut found: Vec<(OverrideTarget, DynamicObject)> = Vec::new();
     let mut missing = Vec::new();
+    if targets.is_empty() {
+        return Ok((found, missing));
+    }
     // The well-known names are looked up as both kinds: one list per kind
     // answers them all, where a get per name and kind would cost dozens.
     let mut listed: HashMap<ccm::WorkloadKind, Vec<DynamicObject>> = HashMap::new();
@@ -50,8 +46,8 @@ pub(super) async fn configure_ccm(
                         .list(&Default::default())
                         .await
                         .map_err(|err| {
-                            api_error(
-                                &format!("list {}s in {}", target.kind.as_str(), target.namespace),
+                            (
+                                format!("list {}s in {}", target.kind.as_str(), target.namespace),
                                 err,
                             )
                         })?
@@ -63,7 +59,7 @@ pub(super) async fn configure_ccm(
         } else {
             api.get_opt(&target.name)
                 .await
-                .map_err(|e| api_error(&format!("read {}", describe(&target)), e))?
+                .map_err(|e| (format!("read {}", describe(&target)), e))?
         };
         match live {
             Some(live) => found.push((target, live)),
@@ -72,19 +68,16 @@ pub(super) async fn configure_ccm(
         }
     }
     // Selected by label: every Deployment and DaemonSet in kube-system that carries them.
-    if !spec.selector.is_empty() {
-        let labels: Vec<String> = spec
-            .selector
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
+    let selector = cpi.spec.ccm.clone().unwrap_or_default().selector;
+    if !selector.is_empty() {
+        let labels: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let params = kube::api::ListParams::default().labels(&labels.join(","));
         for kind in [ccm::WorkloadKind::Deployment, ccm::WorkloadKind::DaemonSet] {
             let api: Api<DynamicObject> =
                 Api::namespaced_with(client.clone(), ccm::CCM_NAMESPACE, &kind.api_resource());
             let list = api.list(&params).await.map_err(|e| {
-                api_error(
-                    &format!("list {}s selected by spec.ccm.selector", kind.as_str()),
+                (
+                    format!("list {}s selected by spec.ccm.selector", kind.as_str()),
                     e,
                 )
             })?;
@@ -106,6 +99,27 @@ pub(super) async fn configure_ccm(
             }
         }
     }
+    Ok((found, missing))
+}
+
+/// Set `KUBERNETES_SERVICE_HOST/PORT` on each CCM target found.
+pub(super) async fn configure_ccm(
+    ctx: &Context,
+    cpi: &ControlPlaneIngress,
+    client: &Client,
+) -> Result<Desired, Unreachable> {
+    let targets = ccm::ccm_targets(cpi);
+    if targets.is_empty() {
+        return Ok(Desired::ok(
+            types::CCM_CONFIGURED,
+            "Disabled",
+            "spec.ccm.enabled is false",
+        ));
+    }
+    let spec = cpi.spec.ccm.clone().unwrap_or_default();
+    let (found, mut missing) = find_ccm_workloads(client, cpi)
+        .await
+        .map_err(|(what, e)| api_error(&what, e))?;
     let mut patched = Vec::new();
     let mut left = Vec::new();
     for (target, live) in found {
