@@ -353,20 +353,6 @@ async fn create_and_wait_reconciled(
     .await
 }
 
-/// Requests of `user` the API server rejected: every 4xx but a 404 on a
-/// read (looking is how we learn something is absent), 409 and 429.
-fn rejections(cluster: &realkube::Cluster, user: &str) -> Vec<String> {
-    cluster
-        .requests_by(user)
-        .into_iter()
-        .filter(|r| (400..500).contains(&r.status) && !matches!(r.status, 409 | 429))
-        .filter(|r| {
-            !(r.status == 404 && matches!(r.verb.as_str(), "get" | "list" | "delete" | "discovery"))
-        })
-        .map(|r| format!("{} {} {}: {}", r.verb, r.uri, r.status, r.message))
-        .collect()
-}
-
 /// Render `values` with free health and metrics ports (the Deployment's
 /// 9440/8443 may be taken on a shared machine: set as values, so the args
 /// are still exactly the rendered ones).
@@ -489,7 +475,7 @@ async fn every_ci_values_file_installs_and_the_controller_runs_from_it() {
         users.push((values, user));
     }
     for (values, user) in users {
-        let rejected = rejections(&cluster, &user);
+        let rejected = cluster.rejections_of(&user);
         assert!(
             rejected.is_empty(),
             "{values}: the API server rejected requests of {user} (the chart's RBAC is short): {rejected:#?}"

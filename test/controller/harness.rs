@@ -57,7 +57,7 @@ impl Drop for Real {
         if let Some(user) = user
             && !std::thread::panicking()
         {
-            let rejected = rejections(&self.cluster, &user);
+            let rejected = self.cluster.rejections_of(&user);
             assert!(
                 rejected.is_empty(),
                 "the API server rejected requests of {user}: {rejected:#?}"
@@ -214,21 +214,6 @@ impl Management {
     pub fn start_with(&self, settings: Settings) -> Running {
         start_with(self.controller.clone(), settings)
     }
-}
-
-/// Requests of `user` that `cluster` rejected: every 4xx but a 404 on a
-/// read or delete (looking is how we learn something is absent), a 409
-/// (optimistic concurrency: a lost race is retried) and a 429 (come back later).
-pub fn rejections(cluster: &realkube::Cluster, user: &str) -> Vec<String> {
-    cluster
-        .requests_by(user)
-        .into_iter()
-        .filter(|r| (400..500).contains(&r.status) && !matches!(r.status, 409 | 429))
-        .filter(|r| {
-            !(r.status == 404 && matches!(r.verb.as_str(), "get" | "list" | "delete" | "discovery"))
-        })
-        .map(|r| format!("{} {} {}: {}", r.verb, r.uri, r.status, r.message))
-        .collect()
 }
 
 /// A real management cluster: kube-apiserver with RBAC and the

@@ -493,6 +493,22 @@ users:
             .collect()
     }
 
+    /// Requests of `user` this API server rejected, as `verb uri status:
+    /// message`: every 4xx but a 404 on a read or delete (looking is how a
+    /// client learns something is absent), a 409 (optimistic concurrency: a
+    /// lost race is retried) and a 429 (come back later).
+    pub fn rejections_of(&self, user: &str) -> Vec<String> {
+        self.requests_by(user)
+            .into_iter()
+            .filter(|r| (400..500).contains(&r.status) && !matches!(r.status, 409 | 429))
+            .filter(|r| {
+                !(r.status == 404
+                    && matches!(r.verb.as_str(), "get" | "list" | "delete" | "discovery"))
+            })
+            .map(|r| format!("{} {} {}: {}", r.verb, r.uri, r.status, r.message))
+            .collect()
+    }
+
     /// The folder that holds the control plane's files and logs.
     pub fn dir(&self) -> &Path {
         self.dir.path()
