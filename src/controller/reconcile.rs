@@ -100,7 +100,11 @@ async fn with_finalizer(cpi: Arc<ControlPlaneIngress>, ctx: &Context) -> Result<
     }
     // One per cluster: a derived one that another one outranks goes, even
     // when it was made before the other's source was seen.
-    let all = ctx.cpis.state();
+    // Only a derived one can be outranked: the cache is not copied for the others.
+    let all = match crate::sources::SourceKind::of_derived(&cpi) {
+        Some(_) => ctx.cpis.state(),
+        None => Vec::new(),
+    };
     if let Some(winner) = crate::sources::superseded_by(&cpi, all.iter().map(|c| c.as_ref())) {
         let note = format!(
             "cluster {} is described by {}: this derived ControlPlaneIngress is deleted",
@@ -181,12 +185,10 @@ async fn cleanup(cpi: &ControlPlaneIngress, ctx: &Context) -> Result<Action, Err
     // The workload side is per cluster: while another ControlPlaneIngress
     // describes the cluster, what is installed there is its to keep.
     let all = ctx.cpis.state();
-    if let Some(other) = all.iter().find(|o| {
-        o.namespace() == cpi.namespace()
-            && o.name_any() != cpi.name_any()
-            && o.metadata.deletion_timestamp.is_none()
-            && o.spec.cluster_name == cpi.spec.cluster_name
-    }) {
+    if let Some(other) = all
+        .iter()
+        .find(|o| crate::sources::same_cluster(o, cpi) && o.metadata.deletion_timestamp.is_none())
+    {
         let note = format!(
             "the workload cluster is left as it is: {} describes cluster {}",
             render::describe(other),

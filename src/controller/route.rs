@@ -132,10 +132,7 @@ fn upstream_route(ctx: &Context, cpi: &ControlPlaneIngress, upstream: &UpstreamO
         .clone()
         .or_else(|| cpi.namespace())
         .unwrap_or_default();
-    let kind = RouteKind::ALL
-        .into_iter()
-        .find(|k| k.gvk().kind == upstream.kind);
-    let found = kind
+    let found = RouteKind::from_kind(&upstream.kind)
         .and_then(|k| ctx.routes.get(&k).map(|store| (k, store)))
         .and_then(|(k, store)| {
             store.get(&ObjectRef::new_with(&upstream.name, k.api_resource()).within(&namespace))

@@ -179,9 +179,7 @@ async fn derive_and_apply(obj: Arc<DynamicObject>, sctx: &SourceContext) -> Resu
             apply::apply(ctx, &api, desired, current.as_ref()).await?;
             // Derived ones of lower precedence for the same cluster go.
             for other in ctx.cpis.state().iter().filter(|other| {
-                other.namespace() == cpi.namespace()
-                    && other.name_any() != cpi.name_any()
-                    && other.spec.cluster_name == cpi.spec.cluster_name
+                sources::same_cluster(other, &cpi)
                     && SourceKind::of_derived(other).is_some()
                     && !sources::yields_to(sctx.kind, other, Some(&cpi))
             }) {
@@ -230,10 +228,7 @@ fn described_elsewhere(
     let namespace = obj.namespace();
     let cpis = sctx.ctx.cpis.state();
     let other = cpis.iter().find(|other| {
-        other.namespace() == namespace
-            && other.name_any() != obj.name_any()
-            && other.spec.cluster_name == cpi.spec.cluster_name
-            && sources::yields_to(sctx.kind, other, ours)
+        sources::same_cluster(other, cpi) && sources::yields_to(sctx.kind, other, ours)
     });
     if let Some(other) = other {
         return Some(crate::render::describe(other));

@@ -192,9 +192,7 @@ pub async fn diagnose(
         .collect();
     // The provider's own route for the API host (k0smotron, Steward): it is a hop too.
     if let Some(upstream) = render::upstream_route(&cpi)
-        && let Some(kind) = RouteKind::ALL
-            .into_iter()
-            .find(|k| k.gvk().kind == upstream.kind)
+        && let Some(kind) = RouteKind::from_kind(&upstream.kind)
     {
         wanted.insert(0, (kind, upstream.name.clone()));
     }

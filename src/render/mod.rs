@@ -56,6 +56,11 @@ impl RouteKind {
         RouteKind::TlsRoute,
     ];
 
+    /// The route kind of an object kind (`Ingress`, `IngressRouteTCP`, `TLSRoute`).
+    pub fn from_kind(kind: &str) -> Option<RouteKind> {
+        RouteKind::ALL.into_iter().find(|k| k.gvk().kind == kind)
+    }
+
     /// The kind a flavor renders.
     pub fn of(flavor: Flavor) -> RouteKind {
         match flavor {

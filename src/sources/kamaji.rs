@@ -13,6 +13,8 @@ use crate::api::{ControlPlaneIngressSpec, UpstreamObject, UpstreamSpec};
 /// The addon's opt-in annotation: its value is the domain suffix.
 pub const KAMAJI_DOMAIN_ANNOTATION: &str = "kamaji.clastix.io/ingress.domain";
 pub(super) const DOMAIN_FIELD: &str = "metadata.annotations[kamaji.clastix.io/ingress.domain]";
+/// Kamaji's Gateway API mode: its TLSRoutes carry both hosts.
+const GATEWAY: &str = "/spec/controlPlane/gateway";
 /// The class the addon doc gives Kamaji's own Ingress so no controller serves it.
 const UNHANDLED_CLASS: &str = "unhandled";
 /// The addon's ingress class (HAProxy Kubernetes Ingress Controller).
@@ -28,11 +30,7 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
         upstream: Some(UpstreamSpec {
             provider: "kamaji".into(),
             route: own_route(source)?,
-            route_includes_konnectivity: source
-                .obj
-                .data
-                .pointer("/spec/controlPlane/gateway")
-                .is_some_and(|g| !g.is_null()),
+            route_includes_konnectivity: source.present(GATEWAY),
             node_proxy: None,
         }),
         ..spec
@@ -54,12 +52,7 @@ fn own_route(source: &Source<'_>) -> Result<Option<UpstreamObject>, SourceError>
         name: source.name().to_string(),
         namespace: Some(source.namespace().to_string()),
     };
-    if source
-        .obj
-        .data
-        .pointer("/spec/controlPlane/gateway")
-        .is_some_and(|g| !g.is_null())
-    {
+    if source.present(GATEWAY) {
         return Ok(Some(object("TLSRoute")));
     }
     let ingress: Option<KamajiIngress> = source.read("/spec/controlPlane/ingress")?;

@@ -309,6 +309,12 @@ impl Source<'_> {
         }
     }
 
+    /// Whether the object sets the block at `pointer` at all (`{}` counts:
+    /// upstreams turn addons on by their presence).
+    fn present(&self, pointer: &str) -> bool {
+        self.obj.data.pointer(pointer).is_some_and(|v| !v.is_null())
+    }
+
     fn not_requested(&self, field: &str, reason: &str) -> SourceError {
         SourceError::NotRequested {
             object: self.object.clone(),
@@ -417,10 +423,15 @@ pub fn superseded_by<'a>(
 ) -> Option<&'a ControlPlaneIngress> {
     let kind = SourceKind::of_derived(cpi)?;
     all.into_iter().find(|other| {
-        other.metadata.namespace == cpi.metadata.namespace
-            && other.metadata.name != cpi.metadata.name
+        same_cluster(other, cpi)
             && other.metadata.deletion_timestamp.is_none()
-            && other.spec.cluster_name == cpi.spec.cluster_name
             && yields_to(kind, other, Some(cpi))
     })
+}
+
+/// Whether `other` is another ControlPlaneIngress describing the cluster `cpi` describes.
+pub fn same_cluster(other: &ControlPlaneIngress, cpi: &ControlPlaneIngress) -> bool {
+    other.metadata.namespace == cpi.metadata.namespace
+        && other.metadata.name != cpi.metadata.name
+        && other.spec.cluster_name == cpi.spec.cluster_name
 }

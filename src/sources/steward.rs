@@ -72,11 +72,7 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
             .contains(".k8s.")
             .then(|| api_host.replacen(".k8s.", ".konnectivity.", 1))
     });
-    let tcp_proxy = source
-        .obj
-        .data
-        .pointer("/spec/addons/tcpProxy")
-        .is_some_and(|v| !v.is_null());
+    let tcp_proxy = source.present("/spec/addons/tcpProxy");
     let ingress = IngressSpec {
         api_host,
         konnectivity_host,
