@@ -15,6 +15,7 @@ mod ccm;
 mod cleanup;
 mod client;
 mod steering;
+mod takeover;
 mod tls;
 mod upstream;
 
@@ -77,10 +78,13 @@ pub async fn reconcile(
     cluster: Option<&DynamicObject>,
 ) -> Outcome {
     let spec = workload::proxy_spec(cpi);
-    let upstream_proxy = cpi
+    let upstream_proxy = cpi.spec.upstream.as_ref().and_then(|u| u.kept_node_proxy());
+    // The provider's node proxy, when we take it over.
+    let taken_over = cpi
         .spec
         .upstream
         .as_ref()
+        .filter(|u| u.take_over_node_proxy)
         .and_then(|u| u.node_proxy.as_ref());
     if !spec.enabled || upstream_proxy.is_some() {
         return match cpi.status.as_ref().and_then(|s| s.proxy.as_ref()) {
@@ -103,7 +107,7 @@ pub async fn reconcile(
         Ok(client) => client,
         Err(u) => return unreachable(ctx, cpi, u),
     };
-    match install(ctx, cpi, cluster, &client).await {
+    match install(ctx, cpi, cluster, &client, taken_over).await {
         Ok(outcome) => {
             ctx.backoff.reset(&workload_key(cpi));
             outcome
@@ -237,6 +241,7 @@ async fn install(
     cpi: &ControlPlaneIngress,
     cluster: Option<&DynamicObject>,
     client: &Client,
+    taken_over: Option<&crate::api::UpstreamObject>,
 ) -> Result<Outcome, Unreachable> {
     let mut conditions = vec![Desired::ok(
         types::WORKLOAD_REACHABLE,
@@ -298,6 +303,24 @@ async fn install(
         Err(e) => return Ok(stopped(conditions, "InvalidSpec", e.to_string(), None)),
     };
 
+    // Taking over a provider's node proxy: ours ready on every node and the
+    // Service released from theirs before our steering is applied.
+    let mut released_now = false;
+    if let Some(theirs) = taken_over {
+        match takeover::prepare(ctx, client, &objects, theirs).await? {
+            takeover::Prepared::Waiting(waiting, proxy) => {
+                conditions.extend(waiting);
+                conditions.push(ccm::configure_ccm(ctx, cpi, client).await?);
+                return Ok(Outcome {
+                    conditions,
+                    proxy: Some(proxy),
+                    requeue: Some(ctx.settings.retry),
+                });
+            }
+            takeover::Prepared::Steer { released_now: now } => released_now = now,
+        }
+    }
+
     // Record what default/kubernetes holds before our first steering write,
     // and give back what another steering mode took (a switch is our change).
     let take_over = steering::take_over(ctx, client, spec.steering).await?;
@@ -326,6 +349,14 @@ async fn install(
         ctx.workload_clients
             .remember_drift(&workload_key(cpi), drift, ctx.settings.retry * 10);
     conditions.push(steering::steered(&objects, drift, switched));
+    if let Some(theirs) = taken_over {
+        let still = upstream::rollout(client, theirs).await?;
+        if still.is_some() {
+            // The provider removes its proxy when told to: look again.
+            requeue = Some(ctx.settings.retry);
+        }
+        takeover::report(ctx, cpi, &mut conditions, theirs, still, released_now).await;
+    }
     if conditions
         .last()
         .is_some_and(|c| c.status != super::status::Status::True)
@@ -333,7 +364,22 @@ async fn install(
         requeue = Some(ctx.settings.retry);
     }
 
-    // The DaemonSet's own report.
+    let (ready_condition, (desired, ready)) = proxy_ready(client).await?;
+    conditions.push(ready_condition);
+    if desired == 0 || ready < desired {
+        requeue = Some(ctx.settings.retry);
+    }
+
+    conditions.push(ccm::configure_ccm(ctx, cpi, client).await?);
+    Ok(Outcome {
+        conditions,
+        proxy: Some((desired, ready)),
+        requeue,
+    })
+}
+
+/// The proxy DaemonSet's own report: ProxyReady, and its desired and ready nodes.
+async fn proxy_ready(client: &Client) -> Result<(Desired, (i32, i32)), Unreachable> {
     let daemon_sets: Api<DaemonSet> = Api::namespaced(client.clone(), NAMESPACE);
     let ds = daemon_sets
         .get_opt(NAME)
@@ -343,7 +389,7 @@ async fn install(
         .and_then(|d| d.status)
         .map(|s| (s.desired_number_scheduled, s.number_ready))
         .unwrap_or((0, 0));
-    conditions.push(if desired > 0 && ready == desired {
+    let condition = if desired > 0 && ready == desired {
         Desired::ok(
             types::PROXY_READY,
             "AllNodesReady",
@@ -361,17 +407,8 @@ async fn install(
             "NodesNotReady",
             format!("{ready}/{desired} nodes run a ready proxy"),
         )
-    });
-    if desired == 0 || ready < desired {
-        requeue = Some(ctx.settings.retry);
-    }
-
-    conditions.push(ccm::configure_ccm(ctx, cpi, client).await?);
-    Ok(Outcome {
-        conditions,
-        proxy: Some((desired, ready)),
-        requeue,
-    })
+    };
+    Ok((condition, (desired, ready)))
 }
 
 /// The install stopped before the proxy: ProxyReady says why.

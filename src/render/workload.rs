@@ -8,6 +8,7 @@
 mod ccm;
 mod proxy;
 mod steering;
+mod takeover;
 
 use std::{collections::BTreeMap, fmt, net::IpAddr, time::SystemTime};
 
@@ -30,6 +31,9 @@ pub use proxy::{
 pub use steering::{
     RECORD_KEY, RECORD_NAME, Restore, ServiceFields, SteeringRecord, parse_record, record,
     record_config_map, restore,
+};
+pub use takeover::{
+    K0S_STACK_LABEL, K0SMOTRON_STOP_PATCH, ServiceRelease, pending, service_release,
 };
 
 use crate::{
@@ -417,7 +421,8 @@ fn typed<T: DeserializeOwned>(
     serde_json::from_value(value).map_err(|source| WorkloadError::Serialize { kind, source })
 }
 
-fn dynamic<T: Serialize>(obj: &T, kind: &'static str) -> Result<DynamicObject, WorkloadError> {
+/// A typed object as the DynamicObject the controller applies.
+pub fn dynamic<T: Serialize>(obj: &T, kind: &'static str) -> Result<DynamicObject, WorkloadError> {
     let value =
         serde_json::to_value(obj).map_err(|source| WorkloadError::Serialize { kind, source })?;
     serde_json::from_value(value).map_err(|source| WorkloadError::Serialize { kind, source })

@@ -73,7 +73,7 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
     }
-    let upstream = k0smotron::upstream(source, &control_plane, &ingress);
+    let upstream = k0smotron::upstream(source, &control_plane, &ingress)?;
     Ok(ControlPlaneIngressSpec {
         cluster_name: source.name().to_string(),
         ingress: k0smotron::ingress_spec(source, ingress, "spec.config.ingress")?,

@@ -31,6 +31,7 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
             provider: "kamaji".into(),
             route: own_route(source)?,
             route_includes_konnectivity: source.present(GATEWAY),
+            take_over_node_proxy: false,
             node_proxy: None,
         }),
         ..spec

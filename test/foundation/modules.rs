@@ -308,6 +308,7 @@ const KNOWN: &[&[&str]] = &[
         "controller::workload::cleanup",
         "controller::workload::client",
         "controller::workload::steering",
+        "controller::workload::takeover",
         "controller::workload::tls",
         "controller::workload::upstream",
     ],
