@@ -28,7 +28,7 @@ use super::{
     status::{Desired, types},
 };
 use crate::{
-    api::ControlPlaneIngress,
+    api::{ControlPlaneIngress, upstream::CapiCluster},
     render::workload::{self, NAME, NAMESPACE, WorkloadInputs},
 };
 
@@ -51,23 +51,7 @@ struct Unreachable {
 /// Whether CAPI says the control plane is initialized (v1beta2 and v1beta1
 /// fields); `None` when there is no Cluster to ask.
 pub fn control_plane_initialized(cluster: Option<&DynamicObject>) -> Option<bool> {
-    let status = cluster?.data.get("status");
-    let v1beta2 = status
-        .and_then(|s| s.pointer("/initialization/controlPlaneInitialized"))
-        .and_then(|v| v.as_bool());
-    let v1beta1 = status
-        .and_then(|s| s.get("controlPlaneReady"))
-        .and_then(|v| v.as_bool());
-    let condition = status
-        .and_then(|s| s.get("conditions"))
-        .and_then(|c| c.as_array())
-        .and_then(|conditions| {
-            conditions
-                .iter()
-                .find(|c| c["type"] == "ControlPlaneInitialized")
-                .map(|c| c["status"] == "True")
-        });
-    Some(v1beta2.or(v1beta1).or(condition).unwrap_or(false))
+    cluster.map(|c| CapiCluster::lenient(c).control_plane_initialized)
 }
 
 /// Bring the workload cluster to the desired state.
@@ -259,10 +243,8 @@ async fn install(
             spec.image.clone()
         },
         cluster_domain: cluster
-            .and_then(|c| c.data.pointer("/spec/clusterNetwork/serviceDomain"))
-            .and_then(|v| v.as_str())
-            .unwrap_or(workload::DEFAULT_CLUSTER_DOMAIN)
-            .to_string(),
+            .and_then(|c| CapiCluster::lenient(c).service_domain)
+            .unwrap_or_else(|| workload::DEFAULT_CLUSTER_DOMAIN.to_string()),
         ..WorkloadInputs::default()
     };
     let mut inputs = workload::inputs_from_service(spec.steering, kubernetes.as_ref(), base);

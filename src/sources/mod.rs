@@ -8,12 +8,15 @@ mod k0smotron;
 mod kamaji;
 pub mod preflight;
 mod steward;
+mod tenant;
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{DynamicObject, GroupVersionKind};
 use serde::de::DeserializeOwned;
+
+use crate::api::upstream;
 
 use crate::api::{
     self, CLUSTER_NAME_LABEL, ControlPlaneIngress, ControlPlaneIngressSpec, MANAGED_BY_LABEL,
@@ -293,26 +296,24 @@ impl Source<'_> {
         self.obj.metadata.namespace.as_deref().unwrap_or_default()
     }
 
-    /// Deserialize the part of the object at `pointer` (`/spec/ingress`); `None` when absent.
-    fn read<T: DeserializeOwned>(&self, pointer: &str) -> Result<Option<T>, SourceError> {
-        match self.obj.data.pointer(pointer) {
-            None | Some(serde_json::Value::Null) => Ok(None),
-            Some(value) => {
-                T::deserialize(value)
-                    .map(Some)
-                    .map_err(|source| SourceError::Malformed {
-                        object: self.object.clone(),
-                        field: pointer.trim_start_matches('/').replace('/', "."),
-                        source,
-                    })
-            }
+    /// The object's `spec` as its upstream type (the type's default when it
+    /// has none); a field that does not fit is named in the error.
+    fn spec<T: DeserializeOwned + Default>(&self) -> Result<T, SourceError> {
+        upstream::part(self.obj, "spec").map_err(|m| self.malformed(m))
+    }
+
+    fn malformed(&self, misfit: upstream::Misfit) -> SourceError {
+        SourceError::Malformed {
+            object: self.object.clone(),
+            field: misfit.field,
+            source: misfit.source,
         }
     }
 
-    /// Whether the object sets the block at `pointer` at all (`{}` counts:
-    /// upstreams turn addons on by their presence).
-    fn present(&self, pointer: &str) -> bool {
-        self.obj.data.pointer(pointer).is_some_and(|v| !v.is_null())
+    /// A Kamaji or Steward TenantControlPlane's spec, read through its own type.
+    fn tenant(&self) -> Result<tenant::Tenant, SourceError> {
+        let steward = self.kind == SourceKind::StewardTenantControlPlane;
+        tenant::Tenant::read(self.obj, steward).map_err(|m| self.malformed(m))
     }
 
     fn not_requested(&self, field: &str, reason: &str) -> SourceError {
