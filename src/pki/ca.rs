@@ -1,13 +1,5 @@
-//! Certificates minted by the controller: the node proxy's serving
-//! certificate is a dedicated ECDSA P-256 leaf signed by the cluster CA
-//! (`<cluster>-ca`), never a copy of the API server's key.
-//!
-//! Pure functions: the clock is an argument, so tests pin it and the
-//! controller passes `SystemTime::now()`. Errors describe what is wrong with
-//! the material and never include it.
-
-mod der;
-mod renewal;
+//! The cluster CA and the leaves it signs: loading, minting, facts read
+//! back from a certificate.
 
 use std::{
     fmt,
@@ -22,8 +14,6 @@ use rcgen::{
 use rustls_pki_types::{PrivateKeyDer, pem::PemObject};
 use time::OffsetDateTime;
 use x509_parser::{certificate::X509Certificate, extensions::GeneralName, prelude::FromDer};
-
-pub use renewal::{RenewReason, Renewal, renewal_due};
 
 /// Default life of a proxy certificate.
 pub const DEFAULT_VALIDITY: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -61,7 +51,7 @@ pub enum PkiError {
 /// A cluster CA able to sign leaves. `Debug` never shows the key.
 pub struct CertificateAuthority {
     cert_pem: String,
-    cert_der: Vec<u8>,
+    pub(super) cert_der: Vec<u8>,
     issuer: Issuer<'static, KeyPair>,
 }
 
@@ -170,7 +160,7 @@ impl LeafSpec {
     }
 
     /// The SANs as they are compared: `DNS:name` and `IP:address`, sorted.
-    fn sans(&self) -> Vec<String> {
+    pub(super) fn sans(&self) -> Vec<String> {
         let mut sans: Vec<String> = self
             .dns_names
             .iter()
@@ -313,7 +303,7 @@ pub fn certificate_facts(der: &[u8]) -> Result<CertificateFacts, String> {
     })
 }
 
-fn cert_sans(cert: &X509Certificate<'_>) -> Result<Vec<String>, String> {
+pub(super) fn cert_sans(cert: &X509Certificate<'_>) -> Result<Vec<String>, String> {
     let ext = cert
         .subject_alternative_name()
         .map_err(|e| format!("bad subjectAltName: {e}"))?;
@@ -344,7 +334,7 @@ fn cert_sans(cert: &X509Certificate<'_>) -> Result<Vec<String>, String> {
 }
 
 /// DER of the first `CERTIFICATE` block of a PEM text.
-fn first_certificate(pem: &str) -> Result<Vec<u8>, String> {
+pub(super) fn first_certificate(pem: &str) -> Result<Vec<u8>, String> {
     use rustls_pki_types::CertificateDer;
     match CertificateDer::pem_slice_iter(pem.as_bytes()).next() {
         Some(Ok(der)) => Ok(der.to_vec()),
@@ -364,10 +354,12 @@ fn load_key(pem: &str) -> Result<KeyPair, PkiError> {
     // ring (rcgen's backend) reads PKCS#8 only: wrap the other two.
     let pkcs8 = match &key {
         PrivateKeyDer::Pkcs8(k) => k.secret_pkcs8_der().to_vec(),
-        PrivateKeyDer::Pkcs1(k) => der::pkcs1_to_pkcs8(k.secret_pkcs1_der()),
-        PrivateKeyDer::Sec1(k) => der::sec1_to_pkcs8(k.secret_sec1_der()).ok_or_else(|| {
-            PkiError::CaKey("unsupported EC key: only P-256 and P-384 are".into())
-        })?,
+        PrivateKeyDer::Pkcs1(k) => super::der::pkcs1_to_pkcs8(k.secret_pkcs1_der()),
+        PrivateKeyDer::Sec1(k) => {
+            super::der::sec1_to_pkcs8(k.secret_sec1_der()).ok_or_else(|| {
+                PkiError::CaKey("unsupported EC key: only P-256 and P-384 are".into())
+            })?
+        }
         _ => return Err(PkiError::CaKey("unsupported key encoding".into())),
     };
     let pkcs8 = PrivateKeyDer::Pkcs8(pkcs8.into());
@@ -409,7 +401,7 @@ fn truncate(t: SystemTime) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs())
 }
 
-fn from_unix(secs: i64) -> SystemTime {
+pub(super) fn from_unix(secs: i64) -> SystemTime {
     if secs >= 0 {
         UNIX_EPOCH + Duration::from_secs(secs as u64)
     } else {

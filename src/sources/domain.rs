@@ -6,7 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use super::{Source, SourceError, tenant::Tenant};
+use super::{
+    source::{Source, SourceError},
+    tenant::Tenant,
+};
 use crate::api::{
     BackendSpec, ControlPlaneIngressSpec, DEFAULT_INGRESS_PORT, Flavor, IngressSpec, RouteSpec,
     SecretKeyRef,

@@ -8,8 +8,8 @@ use serde::{Deserialize, de::DeserializeOwned};
 use serde_json::Value;
 
 use super::{
-    Source, SourceError,
     k0smotron::{self, Defaults, UpstreamIngress, UpstreamService},
+    source::{Source, SourceError},
 };
 use crate::api::{ControlPlaneIngressSpec, upstream::cluster_deployment::ClusterDeploymentSpec};
 

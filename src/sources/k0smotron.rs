@@ -12,7 +12,7 @@
 
 use md5::{Digest, Md5};
 
-use super::{Source, SourceError, SourceKind};
+use super::source::{Source, SourceError, SourceKind};
 use crate::api::{
     BackendSpec, ControlPlaneIngressSpec, IngressSpec, UpstreamObject, UpstreamSpec,
     upstream::{

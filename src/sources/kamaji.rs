@@ -5,7 +5,11 @@
 //! tenant's Service. hcp-ingress plays the addon: it creates the route and the
 //! node proxy, so nothing here is left to Kamaji.
 
-use super::{Source, SourceError, domain, tenant::Tenant};
+use super::{
+    domain,
+    source::{Source, SourceError},
+    tenant::Tenant,
+};
 use crate::api::{ControlPlaneIngressSpec, UpstreamObject, UpstreamSpec};
 
 /// The addon's opt-in annotation: its value is the domain suffix.

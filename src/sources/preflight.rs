@@ -9,7 +9,7 @@
 
 use kube::api::DynamicObject;
 
-use super::{SourceKind, tenant::Tenant};
+use super::{source::SourceKind, tenant::Tenant};
 use crate::api::{ControlPlaneIngress, Steering, validation::FieldError};
 
 /// The API server flag advertise-address steering needs: otherwise the API

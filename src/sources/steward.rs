@@ -6,7 +6,11 @@
 //! and does the rest. Without `spec.controlPlane.ingress` the domain
 //! annotation still works, and hcp-ingress then creates the route.
 
-use super::{Source, SourceError, domain, tenant::Tenant};
+use super::{
+    domain,
+    source::{Source, SourceError},
+    tenant::Tenant,
+};
 use crate::api::{
     ControlPlaneIngressSpec, DEFAULT_INGRESS_PORT, Flavor, IngressSpec, UpstreamObject,
     UpstreamSpec,
