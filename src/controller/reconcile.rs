@@ -13,7 +13,10 @@ use kube::{
 use serde_json::json;
 
 use super::{
-    Context, Error, endpoint, route,
+    context::Context,
+    endpoint,
+    error::Error,
+    route,
     status::{self, Desired, types},
     workload,
 };

@@ -6,14 +6,13 @@
 use std::time::Duration;
 
 use k8s_openapi::api::{apps::v1::DaemonSet, core::v1::Service};
-use kube::{
-    Api, Client, ResourceExt,
-    api::{ApiResource, DynamicObject, GroupVersionKind},
-};
+use kube::{Api, Client, ResourceExt, api::DynamicObject};
 
 mod ccm;
 mod cleanup;
-mod client;
+pub(super) mod client;
+mod failure;
+mod outcome;
 mod steering;
 mod tls;
 mod upstream;
@@ -21,38 +20,19 @@ mod upstream;
 pub(crate) use ccm::find_ccm_workloads;
 
 pub use cleanup::{Removal, cleanup};
-pub use client::Clients;
+use failure::{Unreachable, api_error, apply_failed, resource_of};
+pub use outcome::{Outcome, control_plane_initialized};
+use outcome::{not_initialized, unreachable, workload_key};
 
 use super::{
-    Context, apply,
+    apply,
+    context::Context,
     status::{Desired, types},
 };
 use crate::{
     api::{ControlPlaneIngress, upstream::CapiCluster},
     render::workload::{self, NAME, NAMESPACE, WorkloadInputs},
 };
-
-/// What the workload side found, for the status.
-pub struct Outcome {
-    /// WorkloadReachable, ProxyReady, EndpointsSteered, CCMConfigured.
-    pub conditions: Vec<Desired>,
-    /// Desired and ready nodes of the proxy DaemonSet.
-    pub proxy: Option<(i32, i32)>,
-    /// When to look again at the latest (certificate renewal, drift checks).
-    pub requeue: Option<Duration>,
-}
-
-/// Why a workload cluster cannot be reached: a condition reason and message.
-struct Unreachable {
-    reason: &'static str,
-    message: String,
-}
-
-/// Whether CAPI says the control plane is initialized (v1beta2 and v1beta1
-/// fields); `None` when there is no Cluster to ask.
-pub fn control_plane_initialized(cluster: Option<&DynamicObject>) -> Option<bool> {
-    cluster.map(|c| CapiCluster::lenient(c).control_plane_initialized)
-}
 
 /// Bring the workload cluster to the desired state.
 pub async fn reconcile(
@@ -94,22 +74,6 @@ pub async fn reconcile(
         }
         Err(u) => unreachable(ctx, cpi, u),
     }
-}
-
-/// Until CAPI says the control plane is initialized there is no workload API to talk to.
-fn not_initialized(ctx: &Context, cluster: Option<&DynamicObject>) -> Option<Outcome> {
-    (control_plane_initialized(cluster) == Some(false)).then(|| {
-        let waiting = "waiting for the control plane to be initialized (Cluster status)";
-        Outcome {
-            conditions: vec![Desired::unknown(
-                types::WORKLOAD_REACHABLE,
-                "ControlPlaneNotInitialized",
-                waiting,
-            )],
-            proxy: None,
-            requeue: Some(ctx.settings.retry),
-        }
-    })
 }
 
 /// `spec.proxy.enabled` turned false on an installed proxy: the same removal as a deletion.
@@ -171,49 +135,6 @@ fn disabled() -> Vec<Desired> {
         Desired::ok(types::PROXY_READY, "ProxyDisabled", off),
         Desired::ok(types::ENDPOINTS_STEERED, "ProxyDisabled", off),
     ]
-}
-
-fn workload_key(cpi: &ControlPlaneIngress) -> String {
-    format!(
-        "workload/{}/{}",
-        cpi.namespace().unwrap_or_default(),
-        cpi.name_any()
-    )
-}
-
-fn unreachable(ctx: &Context, cpi: &ControlPlaneIngress, u: Unreachable) -> Outcome {
-    // Backoff per cluster: never a hot loop, and other clusters go on meanwhile.
-    let delay = ctx
-        .backoff
-        .next(&workload_key(cpi))
-        .max(Duration::from_secs(1));
-    Outcome {
-        conditions: vec![Desired::failed(
-            types::WORKLOAD_REACHABLE,
-            u.reason,
-            u.message,
-        )],
-        proxy: None,
-        requeue: Some(delay),
-    }
-}
-
-fn apply_failed(e: super::Error) -> Unreachable {
-    Unreachable {
-        reason: "ApplyFailed",
-        message: e.to_string(),
-    }
-}
-
-fn api_error(what: &str, e: kube::Error) -> Unreachable {
-    let reason = match &e {
-        kube::Error::Api(_) => "WorkloadAPIError",
-        _ => "WorkloadUnreachable",
-    };
-    Unreachable {
-        reason,
-        message: format!("failed to {what} in the workload cluster: {e}"),
-    }
 }
 
 async fn install(
@@ -369,26 +290,6 @@ fn stopped(
         proxy: None,
         requeue,
     }
-}
-
-/// The plural of each kind the workload side writes.
-fn resource_of(obj: &DynamicObject) -> ApiResource {
-    let types = obj.types.clone().unwrap_or_default();
-    let (group, version) = types
-        .api_version
-        .rsplit_once('/')
-        .unwrap_or(("", &types.api_version));
-    let plural = match types.kind.as_str() {
-        "ConfigMap" => "configmaps",
-        "Secret" => "secrets",
-        "DaemonSet" => "daemonsets",
-        "Deployment" => "deployments",
-        "Endpoints" => "endpoints",
-        "EndpointSlice" => "endpointslices",
-        "Service" => "services",
-        other => return ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, other)),
-    };
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, &types.kind), plural)
 }
 
 /// Apply one object; returns what was there before (what the write was decided on).
