@@ -85,16 +85,12 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
         );
     }
     let upstream = k0smotron::upstream(source, &control_plane, &ingress);
-    Ok(ControlPlaneIngressSpec {
-        cluster_name: source.name().to_string(),
-        ingress: k0smotron::ingress_spec(source, ingress, "spec.config.ingress")?,
-        route: None,
+    Ok(k0smotron::assemble(
+        source.name().to_string(),
+        k0smotron::ingress_spec(source, ingress, "spec.config.ingress")?,
         backend,
-        proxy: None,
-        ccm: None,
-        kubeconfig_secret: None,
-        upstream: Some(upstream),
-    })
+        upstream,
+    ))
 }
 
 /// The template value at `path` under `spec.config`, as `T`; `None` when absent.

@@ -105,16 +105,32 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
         "spec.service",
     )?;
     let upstream = upstream(source, &kmc, &ingress);
-    Ok(ControlPlaneIngressSpec {
-        cluster_name: source.cluster_name(),
-        ingress: ingress_spec(source, ingress, "spec.ingress")?,
+    Ok(assemble(
+        source.cluster_name(),
+        ingress_spec(source, ingress, "spec.ingress")?,
+        backend,
+        upstream,
+    ))
+}
+
+/// The spec of a cluster k0smotron runs: its route and node proxy are
+/// k0smotron's (`upstream`), the rest defaults.
+pub(super) fn assemble(
+    cluster_name: String,
+    ingress: IngressSpec,
+    backend: BackendSpec,
+    upstream: UpstreamSpec,
+) -> ControlPlaneIngressSpec {
+    ControlPlaneIngressSpec {
+        cluster_name,
+        ingress,
         route: None,
         backend,
         proxy: None,
         ccm: None,
         kubeconfig_secret: None,
         upstream: Some(upstream),
-    })
+    }
 }
 
 /// What k0smotron does itself for the k0smotron `Cluster` `name`: its

@@ -56,58 +56,47 @@ impl Tenant {
     }
 }
 
-impl From<kamaji::TenantControlPlaneSpec> for Tenant {
-    fn from(spec: kamaji::TenantControlPlaneSpec) -> Tenant {
-        let network = spec.network_profile.unwrap_or_default();
-        let control_plane = spec.control_plane.unwrap_or_default();
-        let addons = spec.addons.unwrap_or_default();
-        Tenant {
-            port: network.port,
-            cert_sans: network.cert_sa_ns.unwrap_or_default(),
-            ingress: control_plane.ingress.map(|i| Ingress {
-                hostname: i.hostname,
-                ingress_class_name: i.ingress_class_name,
-                controller_type: None,
-            }),
-            gateway: control_plane.gateway.is_some(),
-            api_server_args: control_plane
-                .deployment
-                .and_then(|d| d.extra_args)
-                .and_then(|a| a.api_server)
-                .unwrap_or_default(),
-            konnectivity: addons.konnectivity.map(|k| Konnectivity {
-                server_port: k.server.and_then(|s| s.port),
-                agent_args: k.agent.and_then(|a| a.extra_args).unwrap_or_default(),
-            }),
-            tcp_proxy: false,
+/// One conversion for both kinds: their generated types carry the same
+/// fields under their own names; the three arguments read what only one
+/// kind has (from `$cp`, the control plane block, `$addons`, and `$ingress`).
+macro_rules! tenant_from {
+    ($spec:ty, |$cp:ident, $addons:ident, $ingress:ident| controller_type: $controller_type:expr, gateway: $gateway:expr, tcp_proxy: $tcp_proxy:expr) => {
+        impl From<$spec> for Tenant {
+            fn from(spec: $spec) -> Tenant {
+                let network = spec.network_profile.unwrap_or_default();
+                let $cp = spec.control_plane.unwrap_or_default();
+                let $addons = spec.addons.unwrap_or_default();
+                Tenant {
+                    port: network.port,
+                    cert_sans: network.cert_sa_ns.unwrap_or_default(),
+                    gateway: $gateway,
+                    tcp_proxy: $tcp_proxy,
+                    ingress: $cp.ingress.map(|$ingress| Ingress {
+                        hostname: $ingress.hostname,
+                        ingress_class_name: $ingress.ingress_class_name,
+                        controller_type: $controller_type,
+                    }),
+                    api_server_args: $cp
+                        .deployment
+                        .and_then(|d| d.extra_args)
+                        .and_then(|a| a.api_server)
+                        .unwrap_or_default(),
+                    konnectivity: $addons.konnectivity.map(|k| Konnectivity {
+                        server_port: k.server.and_then(|s| s.port),
+                        agent_args: k.agent.and_then(|a| a.extra_args).unwrap_or_default(),
+                    }),
+                }
+            }
         }
-    }
+    };
 }
 
-impl From<steward::TenantControlPlaneSpec> for Tenant {
-    fn from(spec: steward::TenantControlPlaneSpec) -> Tenant {
-        let network = spec.network_profile.unwrap_or_default();
-        let control_plane = spec.control_plane.unwrap_or_default();
-        let addons = spec.addons.unwrap_or_default();
-        Tenant {
-            port: network.port,
-            cert_sans: network.cert_sa_ns.unwrap_or_default(),
-            ingress: control_plane.ingress.map(|i| Ingress {
-                hostname: i.hostname,
-                ingress_class_name: i.ingress_class_name,
-                controller_type: i.controller_type,
-            }),
-            gateway: false,
-            api_server_args: control_plane
-                .deployment
-                .and_then(|d| d.extra_args)
-                .and_then(|a| a.api_server)
-                .unwrap_or_default(),
-            konnectivity: addons.konnectivity.map(|k| Konnectivity {
-                server_port: k.server.and_then(|s| s.port),
-                agent_args: k.agent.and_then(|a| a.extra_args).unwrap_or_default(),
-            }),
-            tcp_proxy: addons.tcp_proxy.is_some(),
-        }
-    }
-}
+tenant_from!(kamaji::TenantControlPlaneSpec, |cp, addons, ingress|
+    controller_type: None,
+    gateway: cp.gateway.is_some(),
+    tcp_proxy: false);
+
+tenant_from!(steward::TenantControlPlaneSpec, |cp, addons, ingress|
+    controller_type: ingress.controller_type,
+    gateway: false,
+    tcp_proxy: addons.tcp_proxy.is_some());
