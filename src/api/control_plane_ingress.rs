@@ -7,7 +7,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::validation::{dns1123_subdomain_schema, port_schema};
+use super::rules::{dns1123_subdomain_schema, port_schema};
 
 /// Desired state: how one hosted control plane is exposed through the shared
 /// ingress, and how its workload cluster reaches it.

@@ -1,6 +1,8 @@
 //! API types: the `ControlPlaneIngress` CRD and the rules its fields obey.
 
 mod control_plane_ingress;
+mod rules;
+pub mod upstream;
 pub mod validation;
 
 pub use control_plane_ingress::*;

@@ -2,7 +2,20 @@
 //! their ClusterResourceSet), with the proxy certificate minted from the CA
 //! files given on the command line. The key is read, never printed.
 
-use super::*;
+use std::{
+    path::PathBuf,
+    time::{Duration, SystemTime},
+};
+
+use super::documents::{CliError, RenderArgs, Rendered, control_plane_ingresses, to_value};
+use crate::{
+    api::ControlPlaneIngress,
+    pki::{self, CertificateAuthority},
+    render::{
+        self, crs,
+        workload::{self, WorkloadError, WorkloadInputs},
+    },
+};
 
 /// The cluster CA as given to `render --workload`: PEM text and the file it
 /// came from (errors name the file, never the content).

@@ -7,7 +7,7 @@ use kube::{
 };
 use md5::{Digest, Md5};
 
-use super::{Context, Error};
+use super::{context::Context, error::Error};
 use crate::api::MANAGER;
 
 /// Annotation holding a digest of what we last applied, so that a field we

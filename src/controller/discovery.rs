@@ -14,7 +14,7 @@ use kube::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::Settings;
+use super::settings::Settings;
 use crate::{render::RouteKind, sources::SourceKind};
 
 /// The kinds installed in the management cluster that we watch.

@@ -6,7 +6,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, ResourceExt};
 
 use super::{
-    Context, probe,
+    context::Context,
+    probe,
     status::{Desired, types},
 };
 use crate::api::ControlPlaneIngress;

@@ -35,7 +35,7 @@ use kube::{
 use tokio::{sync::watch, time::Instant};
 use tokio_util::sync::CancellationToken;
 
-use super::Error;
+use super::error::Error;
 
 /// Whether this replica may write, shared by every task of the controller.
 #[derive(Clone)]

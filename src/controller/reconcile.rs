@@ -13,12 +13,17 @@ use kube::{
 use serde_json::json;
 
 use super::{
-    Context, Error, endpoint, route,
+    context::Context,
+    endpoint,
+    error::Error,
+    route,
     status::{self, Desired, types},
     workload,
 };
 use crate::{
-    api::{ControlPlaneIngress, ControlPlaneIngressStatus, MANAGER, ProxyStatus},
+    api::{
+        ControlPlaneIngress, ControlPlaneIngressStatus, MANAGER, ProxyStatus, upstream::CapiCluster,
+    },
     render::{self, RenderError},
 };
 
@@ -352,7 +357,8 @@ pub fn paused(cpi: &ControlPlaneIngress, cluster: Option<&DynamicObject>) -> Opt
             cluster.name_any()
         ));
     }
-    (cluster.data.pointer("/spec/paused") == Some(&json!(true)))
+    CapiCluster::lenient(cluster)
+        .paused
         .then(|| format!("Cluster {} has spec.paused: true", cluster.name_any()))
 }
 

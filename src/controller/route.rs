@@ -13,7 +13,9 @@ use kube::{
 };
 
 use super::{
-    Context, Error, apply,
+    apply,
+    context::Context,
+    error::Error,
     status::{Desired, types},
 };
 use crate::{

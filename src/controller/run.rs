@@ -3,12 +3,10 @@
 
 use std::{
     collections::HashMap,
-    net::SocketAddr,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
     },
-    time::Duration,
 };
 
 use futures::{StreamExt, future::join_all};
@@ -27,122 +25,16 @@ use kube::{
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Backoff, Cache, Context, ControllerArgs, Error, Leader, LeaseConfig, Metrics, Tuning,
+    context::{Backoff, Cache, Context, SourceCaches},
     discovery::{Installed, discover, restart_on_change},
-    leader,
+    error::Error,
+    leader::{self, Leader},
+    metrics::Metrics,
     reconcile::{error_policy, reconcile},
+    settings::Settings,
     sources,
 };
-use crate::{api::ControlPlaneIngress, sources::SourceKind, telemetry::health};
-
-/// Everything `run` needs, from flags or from a test.
-#[derive(Clone, Debug)]
-pub struct Settings {
-    /// Watch only this namespace.
-    pub namespace: Option<String>,
-    /// Label selector on ControlPlaneIngresses and source objects.
-    pub watch_filter: Option<String>,
-    /// Reconciliations at once.
-    pub concurrency: u16,
-    /// Source kinds enabled (those not installed are skipped).
-    pub sources: Vec<SourceKind>,
-    /// Leader election; `None`: this replica always writes.
-    pub lease: Option<LeaseConfig>,
-    /// `/healthz` and `/readyz`.
-    pub health_addr: Option<SocketAddr>,
-    /// `/metrics`.
-    pub metrics_addr: Option<SocketAddr>,
-    /// Timing.
-    pub timing: Tuning,
-    /// How often discovery is repeated even without CRD events.
-    pub rediscover: Duration,
-}
-
-impl Settings {
-    /// Settings from command-line flags; an error names the bad flag value.
-    pub fn from_args(args: &ControllerArgs) -> Result<Settings, String> {
-        let sources = parse_sources(&args.sources)?;
-        let identity = std::env::var("POD_NAME")
-            .or_else(|_| std::env::var("HOSTNAME"))
-            .unwrap_or_else(|_| format!("hcp-ingress-{}", std::process::id()));
-        let lease_duration = Duration::from_secs(args.lease_duration_seconds.max(2));
-        Ok(Settings {
-            namespace: Some(args.namespace.clone()).filter(|n| !n.is_empty()),
-            watch_filter: args.watch_filter.clone().filter(|f| !f.is_empty()),
-            concurrency: args.concurrency.max(1),
-            sources,
-            lease: args.leader_elect.then(|| LeaseConfig {
-                name: args.leader_election_id.clone(),
-                namespace: args.leader_election_namespace.clone(),
-                identity,
-                lease_duration,
-                renew_deadline: lease_duration * 2 / 3,
-                retry_period: lease_duration / 7,
-            }),
-            health_addr: Some(args.health_addr),
-            metrics_addr: Some(args.metrics_addr),
-            timing: Tuning {
-                resync: Duration::from_secs(args.resync_seconds.max(1)),
-                retry: Duration::from_secs(30),
-                probe_timeout: Duration::from_secs(5),
-                probe_endpoints: args.probe_endpoints,
-                proxy_image: args.proxy_image.clone(),
-            },
-            rediscover: Duration::from_secs(60),
-        })
-    }
-
-    /// Settings for tests and benchmarks: no admin ports, no election, no probes.
-    pub fn for_tests() -> Settings {
-        Settings {
-            namespace: None,
-            watch_filter: None,
-            concurrency: 10,
-            sources: SourceKind::ALL.to_vec(),
-            lease: None,
-            health_addr: None,
-            metrics_addr: None,
-            timing: Tuning {
-                resync: Duration::from_secs(300),
-                retry: Duration::from_secs(2),
-                probe_timeout: Duration::from_secs(2),
-                probe_endpoints: false,
-                proxy_image: crate::render::workload::DEFAULT_IMAGE.to_string(),
-            },
-            rediscover: Duration::from_secs(60),
-        }
-    }
-}
-
-/// `--sources` values to kinds.
-pub fn parse_sources(values: &[String]) -> Result<Vec<SourceKind>, String> {
-    let mut kinds: Vec<SourceKind> = Vec::new();
-    for value in values.iter().map(|v| v.trim()).filter(|v| !v.is_empty()) {
-        let named = match value {
-            "all" => SourceKind::ALL.to_vec(),
-            "none" => Vec::new(),
-            name => vec![
-                SourceKind::ALL
-                    .into_iter()
-                    .find(|k| k.flag_name() == name)
-                    .ok_or_else(|| {
-                        let known: Vec<_> = SourceKind::ALL.iter().map(|k| k.flag_name()).collect();
-                        format!(
-                            "--sources: unknown source {name:?}: use all, none or any of {}",
-                            known.join(", ")
-                        )
-                    })?,
-            ],
-        };
-        // One adapter per kind, however often it is named (`all,k0rdent`).
-        for kind in named {
-            if !kinds.contains(&kind) {
-                kinds.push(kind);
-            }
-        }
-    }
-    Ok(kinds)
-}
+use crate::{api::ControlPlaneIngress, telemetry::health};
 
 /// What the admin endpoints see.
 struct AdminState {
@@ -420,7 +312,7 @@ async fn run_controllers(
         watched
             .iter()
             .map(|(kind, resource, store, _)| (*kind, (store.clone(), resource.clone())))
-            .collect::<sources::SourceCaches>(),
+            .collect::<SourceCaches>(),
     );
     let reporter = Reporter {
         controller: "hcp-ingress".into(),

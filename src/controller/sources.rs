@@ -18,7 +18,12 @@ use kube::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::{Context, Error, apply, reconcile::cluster_reference};
+use super::{
+    apply,
+    context::{Context, SourceCaches},
+    error::Error,
+    reconcile::cluster_reference,
+};
 use crate::{
     api::{ControlPlaneIngress, MANAGED_BY_LABEL, MANAGER},
     sources::{self, SourceKind},
@@ -32,10 +37,6 @@ struct SourceContext {
     /// same cluster is seen before its ControlPlaneIngress exists.
     all: Arc<SourceCaches>,
 }
-
-/// The watch caches of every running source adapter, by kind.
-pub type SourceCaches =
-    std::collections::HashMap<SourceKind, (super::Cache<DynamicObject>, ApiResource)>;
 
 /// Run the adapter of one source kind until `token` is cancelled, from a
 /// watch cache and its stream of changes (whose task ends with `token`).

@@ -5,15 +5,15 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::{apps::v1::DaemonSet, core::v1::Service};
-use kube::{
-    Api, Client, ResourceExt,
-    api::{ApiResource, DynamicObject, GroupVersionKind},
-};
+use k8s_openapi::api::core::v1::Service;
+use kube::{Api, Client, api::DynamicObject};
 
 mod ccm;
 mod cleanup;
-mod client;
+pub(super) mod client;
+mod failure;
+mod objects;
+mod outcome;
 mod steering;
 mod takeover;
 mod tls;
@@ -22,54 +22,19 @@ mod upstream;
 pub(crate) use ccm::find_ccm_workloads;
 
 pub use cleanup::{Removal, cleanup};
-pub use client::Clients;
+use failure::{Unreachable, api_error};
+use objects::{apply_object, proxy_ready};
+pub use outcome::{Outcome, control_plane_initialized};
+use outcome::{not_initialized, unreachable, workload_key};
 
 use super::{
-    Context, apply,
+    context::Context,
     status::{Desired, types},
 };
 use crate::{
-    api::ControlPlaneIngress,
-    render::workload::{self, NAME, NAMESPACE, WorkloadInputs},
+    api::{ControlPlaneIngress, upstream::CapiCluster},
+    render::workload::{self, WorkloadInputs},
 };
-
-/// What the workload side found, for the status.
-pub struct Outcome {
-    /// WorkloadReachable, ProxyReady, EndpointsSteered, CCMConfigured.
-    pub conditions: Vec<Desired>,
-    /// Desired and ready nodes of the proxy DaemonSet.
-    pub proxy: Option<(i32, i32)>,
-    /// When to look again at the latest (certificate renewal, drift checks).
-    pub requeue: Option<Duration>,
-}
-
-/// Why a workload cluster cannot be reached: a condition reason and message.
-struct Unreachable {
-    reason: &'static str,
-    message: String,
-}
-
-/// Whether CAPI says the control plane is initialized (v1beta2 and v1beta1
-/// fields); `None` when there is no Cluster to ask.
-pub fn control_plane_initialized(cluster: Option<&DynamicObject>) -> Option<bool> {
-    let status = cluster?.data.get("status");
-    let v1beta2 = status
-        .and_then(|s| s.pointer("/initialization/controlPlaneInitialized"))
-        .and_then(|v| v.as_bool());
-    let v1beta1 = status
-        .and_then(|s| s.get("controlPlaneReady"))
-        .and_then(|v| v.as_bool());
-    let condition = status
-        .and_then(|s| s.get("conditions"))
-        .and_then(|c| c.as_array())
-        .and_then(|conditions| {
-            conditions
-                .iter()
-                .find(|c| c["type"] == "ControlPlaneInitialized")
-                .map(|c| c["status"] == "True")
-        });
-    Some(v1beta2.or(v1beta1).or(condition).unwrap_or(false))
-}
 
 /// Bring the workload cluster to the desired state.
 pub async fn reconcile(
@@ -114,22 +79,6 @@ pub async fn reconcile(
         }
         Err(u) => unreachable(ctx, cpi, u),
     }
-}
-
-/// Until CAPI says the control plane is initialized there is no workload API to talk to.
-fn not_initialized(ctx: &Context, cluster: Option<&DynamicObject>) -> Option<Outcome> {
-    (control_plane_initialized(cluster) == Some(false)).then(|| {
-        let waiting = "waiting for the control plane to be initialized (Cluster status)";
-        Outcome {
-            conditions: vec![Desired::unknown(
-                types::WORKLOAD_REACHABLE,
-                "ControlPlaneNotInitialized",
-                waiting,
-            )],
-            proxy: None,
-            requeue: Some(ctx.settings.retry),
-        }
-    })
 }
 
 /// `spec.proxy.enabled` turned false on an installed proxy: the same removal as a deletion.
@@ -193,49 +142,6 @@ fn disabled() -> Vec<Desired> {
     ]
 }
 
-fn workload_key(cpi: &ControlPlaneIngress) -> String {
-    format!(
-        "workload/{}/{}",
-        cpi.namespace().unwrap_or_default(),
-        cpi.name_any()
-    )
-}
-
-fn unreachable(ctx: &Context, cpi: &ControlPlaneIngress, u: Unreachable) -> Outcome {
-    // Backoff per cluster: never a hot loop, and other clusters go on meanwhile.
-    let delay = ctx
-        .backoff
-        .next(&workload_key(cpi))
-        .max(Duration::from_secs(1));
-    Outcome {
-        conditions: vec![Desired::failed(
-            types::WORKLOAD_REACHABLE,
-            u.reason,
-            u.message,
-        )],
-        proxy: None,
-        requeue: Some(delay),
-    }
-}
-
-fn apply_failed(e: super::Error) -> Unreachable {
-    Unreachable {
-        reason: "ApplyFailed",
-        message: e.to_string(),
-    }
-}
-
-fn api_error(what: &str, e: kube::Error) -> Unreachable {
-    let reason = match &e {
-        kube::Error::Api(_) => "WorkloadAPIError",
-        _ => "WorkloadUnreachable",
-    };
-    Unreachable {
-        reason,
-        message: format!("failed to {what} in the workload cluster: {e}"),
-    }
-}
-
 async fn install(
     ctx: &Context,
     cpi: &ControlPlaneIngress,
@@ -264,10 +170,8 @@ async fn install(
             spec.image.clone()
         },
         cluster_domain: cluster
-            .and_then(|c| c.data.pointer("/spec/clusterNetwork/serviceDomain"))
-            .and_then(|v| v.as_str())
-            .unwrap_or(workload::DEFAULT_CLUSTER_DOMAIN)
-            .to_string(),
+            .and_then(|c| CapiCluster::lenient(c).service_domain)
+            .unwrap_or_else(|| workload::DEFAULT_CLUSTER_DOMAIN.to_string()),
         ..WorkloadInputs::default()
     };
     let mut inputs = workload::inputs_from_service(spec.steering, kubernetes.as_ref(), base);
@@ -378,39 +282,6 @@ async fn install(
     })
 }
 
-/// The proxy DaemonSet's own report: ProxyReady, and its desired and ready nodes.
-async fn proxy_ready(client: &Client) -> Result<(Desired, (i32, i32)), Unreachable> {
-    let daemon_sets: Api<DaemonSet> = Api::namespaced(client.clone(), NAMESPACE);
-    let ds = daemon_sets
-        .get_opt(NAME)
-        .await
-        .map_err(|e| api_error("read the proxy DaemonSet", e))?;
-    let (desired, ready) = ds
-        .and_then(|d| d.status)
-        .map(|s| (s.desired_number_scheduled, s.number_ready))
-        .unwrap_or((0, 0));
-    let condition = if desired > 0 && ready == desired {
-        Desired::ok(
-            types::PROXY_READY,
-            "AllNodesReady",
-            format!("{ready}/{desired} nodes run a ready proxy"),
-        )
-    } else if desired == 0 {
-        Desired::unknown(
-            types::PROXY_READY,
-            "NoNodes",
-            "the proxy DaemonSet has no node scheduled yet",
-        )
-    } else {
-        Desired::failed(
-            types::PROXY_READY,
-            "NodesNotReady",
-            format!("{ready}/{desired} nodes run a ready proxy"),
-        )
-    };
-    Ok((condition, (desired, ready)))
-}
-
 /// The install stopped before the proxy: ProxyReady says why.
 fn stopped(
     mut conditions: Vec<Desired>,
@@ -424,47 +295,4 @@ fn stopped(
         proxy: None,
         requeue,
     }
-}
-
-/// The plural of each kind the workload side writes.
-fn resource_of(obj: &DynamicObject) -> ApiResource {
-    let types = obj.types.clone().unwrap_or_default();
-    let (group, version) = types
-        .api_version
-        .rsplit_once('/')
-        .unwrap_or(("", &types.api_version));
-    let plural = match types.kind.as_str() {
-        "ConfigMap" => "configmaps",
-        "Secret" => "secrets",
-        "DaemonSet" => "daemonsets",
-        "Deployment" => "deployments",
-        "Endpoints" => "endpoints",
-        "EndpointSlice" => "endpointslices",
-        "Service" => "services",
-        other => return ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, other)),
-    };
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, &types.kind), plural)
-}
-
-/// Apply one object; returns what was there before (what the write was decided on).
-async fn apply_object(
-    ctx: &Context,
-    client: &Client,
-    object: DynamicObject,
-) -> Result<Option<DynamicObject>, Unreachable> {
-    let resource = resource_of(&object);
-    let namespace = object.namespace().unwrap_or_default();
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
-    let name = object.name_any();
-    let existing = api
-        .get_opt(&name)
-        .await
-        .map_err(|e| api_error(&format!("read {} {namespace}/{name}", resource.kind), e))?;
-    // The `kubernetes` Service is not ours: apply only our fields, no marker annotation.
-    let result = if resource.kind == "Service" {
-        apply::apply_fields(ctx, &api, object, existing.as_ref()).await
-    } else {
-        apply::apply(ctx, &api, object, existing.as_ref()).await
-    };
-    result.map(|_| existing).map_err(apply_failed)
 }

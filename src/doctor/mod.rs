@@ -8,6 +8,7 @@
 //! warned), 1 a check failed or a cluster could not be read, 2 bad input.
 
 pub mod checks;
+mod error;
 pub mod probe;
 
 use std::{
@@ -20,12 +21,13 @@ use std::{
 use kube::{Client, ResourceExt};
 
 pub use checks::{Check, Verdict};
+pub use error::DoctorError;
 pub use probe::{Resolver, Target};
 
 use crate::{
     api::ControlPlaneIngress,
     controller::probe::{self as tls_probe, ProbeFailure},
-    render::{self, RenderError, RouteKind, workload},
+    render::{self, RouteKind, workload},
 };
 
 /// Flags of `hcp-ingress doctor`.
@@ -70,57 +72,6 @@ pub struct Options {
     pub workload_kubeconfig: Option<PathBuf>,
     /// Limit of each network probe.
     pub timeout: Duration,
-}
-
-/// Why the doctor could not run its checks at all.
-#[derive(Debug, thiserror::Error)]
-pub enum DoctorError {
-    /// A file given on the command line could not be read.
-    #[error("failed to read {path}: {source}")]
-    Read {
-        /// The file.
-        path: String,
-        /// Cause.
-        source: std::io::Error,
-    },
-    /// The management kubeconfig is unusable (its content is never printed).
-    #[error("{0}")]
-    Kubeconfig(String),
-    /// The management API server did not answer a read.
-    #[error("failed to {what} in the management cluster: {source}")]
-    Management {
-        /// What was being read.
-        what: String,
-        /// Cause.
-        source: kube::Error,
-    },
-    /// No ControlPlaneIngress matches.
-    #[error("not found: {0}")]
-    NotFound(String),
-    /// More than one ControlPlaneIngress names the cluster.
-    #[error("{} ControlPlaneIngresses have spec.clusterName {cluster} ({}): name one, with -n", found.len(), found.join(", "))]
-    Ambiguous {
-        /// The cluster asked for.
-        cluster: String,
-        /// What matched.
-        found: Vec<String>,
-    },
-    /// The ControlPlaneIngress breaks a field rule: nothing to compare with.
-    #[error(transparent)]
-    Invalid(#[from] RenderError),
-}
-
-impl DoctorError {
-    /// 2 for bad input (nothing to check), 1 when a cluster or file could not be read.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            DoctorError::Read { .. } | DoctorError::Management { .. } => 1,
-            DoctorError::Kubeconfig(_)
-            | DoctorError::NotFound(_)
-            | DoctorError::Ambiguous { .. }
-            | DoctorError::Invalid(_) => 2,
-        }
-    }
 }
 
 /// Entry point of `hcp-ingress doctor`.

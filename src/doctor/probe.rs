@@ -20,7 +20,7 @@ use kube::{
 };
 use tokio::net::UdpSocket;
 
-use super::{DoctorError, checks};
+use super::{checks, error::DoctorError};
 use crate::{
     api::ControlPlaneIngress,
     controller::redact,

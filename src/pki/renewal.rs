@@ -6,7 +6,7 @@ use std::{fmt, time::SystemTime};
 
 use x509_parser::{certificate::X509Certificate, prelude::FromDer};
 
-use super::{
+use super::ca::{
     CertificateAuthority, LeafSpec, cert_sans, first_certificate, from_unix, renew_at, rfc3339,
 };
 

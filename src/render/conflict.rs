@@ -4,7 +4,7 @@
 
 use kube::{ResourceExt, api::DynamicObject};
 
-use super::{RouteKind, host_routes};
+use super::shared::{RouteKind, host_routes};
 
 /// The ingress class annotation older Ingresses carry instead of `ingressClassName`.
 const INGRESS_CLASS_ANNOTATION: &str = "kubernetes.io/ingress.class";

@@ -16,7 +16,7 @@ use kube::api::{DynamicObject, GroupVersionKind};
 use serde_json::json;
 
 use super::{
-    describe, foreign, owned_meta,
+    shared::{describe, foreign, owned_meta},
     workload::{ProxyObjects, SteeringObjects, WorkloadError},
 };
 use crate::api::{ControlPlaneIngress, ProxyMode};

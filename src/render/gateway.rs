@@ -3,7 +3,7 @@
 use kube::api::DynamicObject;
 use serde_json::json;
 
-use super::{RouteKind, foreign, host_routes, owned_meta};
+use super::shared::{RouteKind, foreign, host_routes, owned_meta, route_name};
 use crate::api::ControlPlaneIngress;
 
 pub(super) fn render(cpi: &ControlPlaneIngress) -> Vec<DynamicObject> {
@@ -16,7 +16,7 @@ pub(super) fn render(cpi: &ControlPlaneIngress) -> Vec<DynamicObject> {
     host_routes(cpi)
         .into_iter()
         .map(|route| {
-            let mut metadata = owned_meta(cpi, format!("{}-{}", super::route_name(cpi), route.purpose));
+            let mut metadata = owned_meta(cpi, format!("{}-{}", route_name(cpi), route.purpose));
             metadata.annotations = (!spec.ingress.annotations.is_empty()).then(|| spec.ingress.annotations.clone());
             foreign(
                 &RouteKind::TlsRoute.gvk(),

@@ -7,7 +7,7 @@ use k8s_openapi::api::networking::v1::{
     IngressServiceBackend, IngressSpec, ServiceBackendPort,
 };
 
-use super::{host_routes, owned_meta};
+use super::shared::{host_routes, owned_meta, route_name};
 use crate::api::{ControlPlaneIngress, Flavor};
 
 /// The annotations that turn on SSL passthrough for a flavor.
@@ -25,7 +25,7 @@ pub fn passthrough_annotations(flavor: Flavor) -> &'static [(&'static str, &'sta
 
 pub(super) fn render(cpi: &ControlPlaneIngress) -> Ingress {
     let spec = &cpi.spec;
-    let mut metadata = owned_meta(cpi, super::route_name(cpi));
+    let mut metadata = owned_meta(cpi, route_name(cpi));
     metadata.annotations = Some(merged_annotations(
         passthrough_annotations(spec.flavor()),
         &spec.ingress.annotations,

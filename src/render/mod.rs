@@ -6,20 +6,19 @@ pub mod conflict;
 pub mod crs;
 mod gateway;
 mod ingress;
+mod shared;
 mod traefik;
 pub mod workload;
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::{
-    Resource, ResourceExt,
-    api::{ApiResource, DynamicObject, GroupVersionKind},
-};
+use kube::{Resource, api::DynamicObject};
 use serde::Serialize;
 
+use self::shared::host_routes;
+pub use self::shared::{
+    ROUTE_PREFIX, RouteKind, describe, owner_reference, route_name, upstream_route,
+};
 use crate::api::{
-    CLUSTER_NAME_LABEL, ControlPlaneIngress, Flavor, MANAGED_BY_LABEL, MANAGER,
+    ControlPlaneIngress,
     validation::{self, FieldErrors},
 };
 
@@ -35,70 +34,6 @@ pub enum RenderError {
         kind: &'static str,
         source: serde_json::Error,
     },
-}
-
-/// The kinds of route object a ControlPlaneIngress can own in the management cluster.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum RouteKind {
-    /// `networking.k8s.io/v1` Ingress (haproxy, haproxy-ingress, nginx, generic).
-    Ingress,
-    /// `traefik.io/v1alpha1` IngressRouteTCP.
-    IngressRouteTcp,
-    /// `gateway.networking.k8s.io/v1` TLSRoute.
-    TlsRoute,
-}
-
-impl RouteKind {
-    /// Every route kind.
-    pub const ALL: [RouteKind; 3] = [
-        RouteKind::Ingress,
-        RouteKind::IngressRouteTcp,
-        RouteKind::TlsRoute,
-    ];
-
-    /// The route kind of an object kind (`Ingress`, `IngressRouteTCP`, `TLSRoute`).
-    pub fn from_kind(kind: &str) -> Option<RouteKind> {
-        RouteKind::ALL.into_iter().find(|k| k.gvk().kind == kind)
-    }
-
-    /// The kind a flavor renders.
-    pub fn of(flavor: Flavor) -> RouteKind {
-        match flavor {
-            Flavor::Traefik => RouteKind::IngressRouteTcp,
-            Flavor::Gateway => RouteKind::TlsRoute,
-            Flavor::Haproxy | Flavor::HaproxyIngress | Flavor::Nginx | Flavor::Generic => {
-                RouteKind::Ingress
-            }
-        }
-    }
-
-    /// Group, version and kind.
-    pub fn gvk(self) -> GroupVersionKind {
-        match self {
-            RouteKind::Ingress => GroupVersionKind::gvk("networking.k8s.io", "v1", "Ingress"),
-            RouteKind::IngressRouteTcp => {
-                GroupVersionKind::gvk("traefik.io", "v1alpha1", "IngressRouteTCP")
-            }
-            RouteKind::TlsRoute => {
-                GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "TLSRoute")
-            }
-        }
-    }
-
-    /// The API resource (plural) of the kind.
-    pub fn api_resource(self) -> ApiResource {
-        let plural = match self {
-            RouteKind::Ingress => "ingresses",
-            RouteKind::IngressRouteTcp => "ingressroutetcps",
-            RouteKind::TlsRoute => "tlsroutes",
-        };
-        ApiResource::from_gvk_with_plural(&self.gvk(), plural)
-    }
-}
-
-/// `ControlPlaneIngress namespace/name`, for messages.
-pub fn describe(cpi: &ControlPlaneIngress) -> String {
-    crate::sources::describe("ControlPlaneIngress", &cpi.metadata)
 }
 
 /// Every management-cluster object of a ControlPlaneIngress: its route, in
@@ -120,43 +55,6 @@ pub fn management(cpi: &ControlPlaneIngress) -> Result<Vec<DynamicObject>, Rende
     }
 }
 
-/// Metadata shared by everything a ControlPlaneIngress owns: same namespace,
-/// the CAPI cluster label, our managed-by label, an owner reference for GC.
-pub(crate) fn owned_meta(cpi: &ControlPlaneIngress, name: String) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name),
-        namespace: cpi.namespace(),
-        labels: Some(BTreeMap::from([
-            (
-                CLUSTER_NAME_LABEL.to_string(),
-                cpi.spec.cluster_name.clone(),
-            ),
-            (MANAGED_BY_LABEL.to_string(), MANAGER.to_string()),
-        ])),
-        owner_references: owner_reference(cpi).map(|o| vec![o]),
-        ..ObjectMeta::default()
-    }
-}
-
-/// Owner reference to the ControlPlaneIngress; `None` until it has a uid
-/// (rendered from a file rather than a live object).
-pub fn owner_reference(cpi: &ControlPlaneIngress) -> Option<OwnerReference> {
-    cpi.controller_owner_ref(&())
-}
-
-/// An object of a kind we have no Rust type for.
-pub(crate) fn foreign(
-    gvk: &GroupVersionKind,
-    metadata: ObjectMeta,
-    data: serde_json::Value,
-) -> DynamicObject {
-    let resource = ApiResource::from_gvk(gvk);
-    let mut obj =
-        DynamicObject::new(metadata.name.as_deref().unwrap_or_default(), &resource).data(data);
-    obj.metadata = metadata;
-    obj
-}
-
 fn dynamic<K: Resource<DynamicType = ()> + Serialize>(
     obj: &K,
     kind: &'static str,
@@ -164,58 +62,4 @@ fn dynamic<K: Resource<DynamicType = ()> + Serialize>(
     let value =
         serde_json::to_value(obj).map_err(|source| RenderError::Serialize { kind, source })?;
     serde_json::from_value(value).map_err(|source| RenderError::Serialize { kind, source })
-}
-
-/// The route object the control plane's provider creates itself, if it does.
-pub fn upstream_route(cpi: &ControlPlaneIngress) -> Option<&crate::api::UpstreamObject> {
-    cpi.spec.upstream.as_ref()?.route.as_ref()
-}
-
-/// Name of the Ingress or IngressRouteTCP of a ControlPlaneIngress (TLSRoutes
-/// add `-api` / `-konnectivity`): never a name an upstream gives its own
-/// route for the tenant (Kamaji and Steward: `<name>`, `<name>-konnectivity`;
-/// k0smotron: `kmc-<cluster>`).
-pub fn route_name(cpi: &ControlPlaneIngress) -> String {
-    format!(
-        "{ROUTE_PREFIX}{}",
-        cpi.metadata.name.as_deref().unwrap_or_default()
-    )
-}
-
-/// Prefix of [`route_name`].
-pub const ROUTE_PREFIX: &str = "hcp-ingress-";
-
-/// The hosts hcp-ingress routes for a ControlPlaneIngress and their backend
-/// ports: every host, less those the control plane's provider routes itself.
-pub(crate) fn host_routes(cpi: &ControlPlaneIngress) -> Vec<HostRoute<'_>> {
-    let spec = &cpi.spec;
-    let upstream = spec.upstream.as_ref().filter(|u| u.route.is_some());
-    let mut routes = Vec::new();
-    if upstream.is_none() {
-        routes.push(HostRoute {
-            purpose: "api",
-            host: &spec.ingress.api_host,
-            port: spec.backend.api_port,
-        });
-    }
-    if let (Some(host), Some(port)) = (
-        &spec.ingress.konnectivity_host,
-        spec.backend.konnectivity_port,
-    ) && !upstream.is_some_and(|u| u.route_includes_konnectivity)
-    {
-        routes.push(HostRoute {
-            purpose: "konnectivity",
-            host,
-            port,
-        });
-    }
-    routes
-}
-
-/// One host of the tenant and the backend port it goes to.
-pub(crate) struct HostRoute<'a> {
-    /// `api` or `konnectivity`.
-    pub purpose: &'static str,
-    pub host: &'a str,
-    pub port: i32,
 }

@@ -3,7 +3,10 @@
 use kube::api::DynamicObject;
 use serde_json::json;
 
-use super::{RouteKind, foreign, host_routes, ingress::merged_annotations, owned_meta};
+use super::{
+    ingress::merged_annotations,
+    shared::{RouteKind, foreign, host_routes, owned_meta, route_name},
+};
 use crate::api::ControlPlaneIngress;
 
 /// Traefik's default TLS entry point.
@@ -31,7 +34,7 @@ pub(super) fn render(cpi: &ControlPlaneIngress) -> DynamicObject {
             })
         })
         .collect();
-    let mut metadata = owned_meta(cpi, super::route_name(cpi));
+    let mut metadata = owned_meta(cpi, route_name(cpi));
     let class = spec
         .ingress
         .class_name

@@ -6,12 +6,14 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
-
-use super::{Source, SourceError};
+use super::{
+    source::{Source, SourceError},
+    tenant::Tenant,
+};
 use crate::api::{
     BackendSpec, ControlPlaneIngressSpec, DEFAULT_INGRESS_PORT, Flavor, IngressSpec, RouteSpec,
     SecretKeyRef,
+    upstream::CapiCluster,
     validation::{FieldError, FieldErrors, check_dns1123_subdomain},
 };
 
@@ -29,18 +31,15 @@ const KONNECTIVITY_PORT: i32 = 8132;
 /// The default of a TenantControlPlane's `spec.addons.konnectivity.server.port`.
 const TCP_KONNECTIVITY_PORT: i64 = KONNECTIVITY_PORT as i64;
 
-#[derive(Deserialize)]
-struct ControlPlaneRef {
-    name: String,
-}
-
 /// A CAPI `Cluster` with [`DOMAIN_ANNOTATION`]: the Kamaji addon's host
 /// scheme, the Service Kamaji's CAPI provider creates for its control plane.
 pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, SourceError> {
     // Kamaji's CAPI provider names the TenantControlPlane (and its Service) after the control plane object.
-    let cp: Option<ControlPlaneRef> = source.read("/spec/controlPlaneRef")?;
+    let cluster = CapiCluster::read(source.obj).map_err(|m| source.malformed(m))?;
     let backend = BackendSpec {
-        service_name: cp.map_or_else(|| source.name().to_string(), |r| r.name),
+        service_name: cluster
+            .control_plane_ref
+            .unwrap_or_else(|| source.name().to_string()),
         api_port: API_PORT as i32,
         konnectivity_port: Some(KONNECTIVITY_PORT),
     };
@@ -53,10 +52,11 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
 /// the admin kubeconfig.
 pub(super) fn tenant(
     source: &Source<'_>,
+    tenant: &Tenant,
     keys: &[&str],
     default_class: Option<&str>,
 ) -> Result<ControlPlaneIngressSpec, SourceError> {
-    let backend = tenant_backend(source)?;
+    let backend = tenant_backend(source, tenant)?;
     Ok(ControlPlaneIngressSpec {
         kubeconfig_secret: standalone_kubeconfig(source),
         ..annotated(source, keys, default_class, backend)?
@@ -65,12 +65,18 @@ pub(super) fn tenant(
 
 /// A TenantControlPlane's Service (its own name), `spec.networkProfile.port`
 /// and, with the konnectivity addon, the konnectivity server's port.
-pub(super) fn tenant_backend(source: &Source<'_>) -> Result<BackendSpec, SourceError> {
-    let api_port: Option<i64> = source.read("/spec/networkProfile/port")?;
+pub(super) fn tenant_backend(
+    source: &Source<'_>,
+    tenant: &Tenant,
+) -> Result<BackendSpec, SourceError> {
     Ok(BackendSpec {
         service_name: source.name().to_string(),
-        api_port: source.port(api_port, API_PORT, "spec.networkProfile.port")?,
-        konnectivity_port: konnectivity_port(source)?,
+        api_port: source.port(
+            tenant.port.map(i64::from),
+            API_PORT,
+            "spec.networkProfile.port",
+        )?,
+        konnectivity_port: konnectivity_port(source, tenant)?,
     })
 }
 
@@ -192,20 +198,16 @@ pub(super) fn standalone_kubeconfig(source: &Source<'_>) -> Option<SecretKeyRef>
 
 /// The konnectivity server's port when the TenantControlPlane's konnectivity
 /// addon is on (`spec.addons.konnectivity` present); `None` when it is off.
-pub(super) fn konnectivity_port(source: &Source<'_>) -> Result<Option<i32>, SourceError> {
-    #[derive(Deserialize)]
-    struct Konnectivity {
-        server: Option<Server>,
-    }
-    #[derive(Deserialize)]
-    struct Server {
-        port: Option<i64>,
-    }
-    let konnectivity: Option<Konnectivity> = source.read("/spec/addons/konnectivity")?;
-    konnectivity
+pub(super) fn konnectivity_port(
+    source: &Source<'_>,
+    tenant: &Tenant,
+) -> Result<Option<i32>, SourceError> {
+    tenant
+        .konnectivity
+        .as_ref()
         .map(|k| {
             source.port(
-                k.server.and_then(|s| s.port),
+                k.server_port.map(i64::from),
                 TCP_KONNECTIVITY_PORT,
                 "spec.addons.konnectivity.server.port",
             )

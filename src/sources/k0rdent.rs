@@ -1,20 +1,25 @@
 //! k0rdent `ClusterDeployment`: `.spec.config.ingress`, as the hosted-cp
-//! ClusterTemplates read it.
+//! ClusterTemplates read it. `spec.config` is free-form in the CRD (the
+//! template's values): the hosted-cp templates copy `config.ingress` into
+//! their K0smotronControlPlane's `spec.ingress` and `config.k0smotron.service`
+//! into its `spec.service`, so those blocks are read as that kind's types.
 
-use serde::Deserialize;
+use serde::{Deserialize, de::DeserializeOwned};
+use serde_json::Value;
 
 use super::{
-    Source, SourceError,
     k0smotron::{self, Defaults, UpstreamIngress, UpstreamService},
+    source::{Source, SourceError},
 };
-use crate::api::ControlPlaneIngressSpec;
+use crate::api::{ControlPlaneIngressSpec, upstream::cluster_deployment::ClusterDeploymentSpec};
 
 /// The hosted-cp templates' `ingress.className` default.
 const TEMPLATE_CLASS: &str = "haproxy";
 /// The hosted-cp templates' `ingress.annotations` default.
 const TEMPLATE_ANNOTATIONS: &[(&str, &str)] = &[("haproxy.org/ssl-passthrough", "true")];
 
-/// `.spec.config.ingress` of the hosted-cp templates.
+/// `.spec.config.ingress` of the hosted-cp templates: their switch, and the
+/// block they pass on.
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct TemplateIngress {
@@ -25,12 +30,17 @@ struct TemplateIngress {
 }
 
 pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, SourceError> {
-    let block: TemplateIngress = source.read("/spec/config/ingress")?.ok_or_else(|| {
-        source.not_requested(
-            "spec.config.ingress",
-            "missing: the object asks for no ingress",
-        )
-    })?;
+    let config = source
+        .spec::<ClusterDeploymentSpec>()?
+        .config
+        .unwrap_or_default();
+    let block: TemplateIngress =
+        template_value(source, &config, &["ingress"])?.ok_or_else(|| {
+            source.not_requested(
+                "spec.config.ingress",
+                "missing: the object asks for no ingress",
+            )
+        })?;
     if !block.enabled {
         return Err(source.not_requested(
             "spec.config.ingress.enabled",
@@ -38,7 +48,7 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
         ));
     }
     let has = |host: &Option<String>| host.as_deref().is_some_and(|h| !h.is_empty());
-    if block.ingress.api_host.is_empty() || !has(&block.ingress.konnectivity_host) {
+    if !has(&block.ingress.api_host) || !has(&block.ingress.konnectivity_host) {
         return Err(source.not_requested(
             "spec.config.ingress",
             "enabled, but apiHost and konnectivityHost are not both set: the hosted-cp templates create no ingress then",
@@ -47,9 +57,8 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
     // The templates make CAPI Cluster `<name>` with K0smotronControlPlane
     // `<name>-cp`, which names its k0smotron Cluster (and so the Service and
     // Ingress) after the CAPI Cluster; the Service defaults to a LoadBalancer.
-    let service: UpstreamService = source
-        .read("/spec/config/k0smotron/service")?
-        .unwrap_or_default();
+    let service: UpstreamService =
+        template_value(source, &config, &["k0smotron", "service"])?.unwrap_or_default();
     let control_plane = source.name().to_string();
     let backend = k0smotron::backend(
         source,
@@ -67,21 +76,49 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
     if ingress.class_name.as_deref().is_none_or(str::is_empty) {
         ingress.class_name = Some(TEMPLATE_CLASS.into());
     }
-    if ingress.annotations.is_empty() {
-        ingress.annotations = TEMPLATE_ANNOTATIONS
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+    if ingress.annotations.as_ref().is_none_or(|a| a.is_empty()) {
+        ingress.annotations = Some(
+            TEMPLATE_ANNOTATIONS
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
     }
     let upstream = k0smotron::upstream(source, &control_plane, &ingress)?;
-    Ok(ControlPlaneIngressSpec {
-        cluster_name: source.name().to_string(),
-        ingress: k0smotron::ingress_spec(source, ingress, "spec.config.ingress")?,
-        route: None,
+    Ok(k0smotron::assemble(
+        source.name().to_string(),
+        k0smotron::ingress_spec(source, ingress, "spec.config.ingress")?,
         backend,
-        proxy: None,
-        ccm: None,
-        kubeconfig_secret: None,
-        upstream: Some(upstream),
-    })
+        upstream,
+    ))
+}
+
+/// The template value at `path` under `spec.config`, as `T`; `None` when absent.
+fn template_value<T: DeserializeOwned>(
+    source: &Source<'_>,
+    config: &Value,
+    path: &[&str],
+) -> Result<Option<T>, SourceError> {
+    let Some(value) = path
+        .iter()
+        .try_fold(config, |v, key| v.get(key))
+        .filter(|v| !v.is_null())
+    else {
+        return Ok(None);
+    };
+    let at = format!("spec.config.{}", path.join("."));
+    serde_path_to_error::deserialize(value)
+        .map(Some)
+        .map_err(|e| {
+            let inner = e.path().to_string();
+            SourceError::Malformed {
+                object: source.object.clone(),
+                field: if inner == "." {
+                    at
+                } else {
+                    format!("{at}.{inner}")
+                },
+                source: e.into_inner(),
+            }
+        })
 }

@@ -10,13 +10,18 @@
 //! hcp-ingress adds the rest (the route when k0smotron was told `deploy:
 //! false`, the CCM override, probes, status).
 
-use std::collections::BTreeMap;
-
 use md5::{Digest, Md5};
-use serde::Deserialize;
 
-use super::{Source, SourceError};
-use crate::api::{BackendSpec, ControlPlaneIngressSpec, IngressSpec, UpstreamObject, UpstreamSpec};
+use super::source::{Source, SourceError, SourceKind};
+use crate::api::{
+    BackendSpec, ControlPlaneIngressSpec, IngressSpec, UpstreamObject, UpstreamSpec,
+    upstream::{
+        k0smotron_cluster::{ClusterIngress, ClusterService, ClusterSpec},
+        k0smotron_control_plane::{
+            K0smotronControlPlaneIngress, K0smotronControlPlaneService, K0smotronControlPlaneSpec,
+        },
+    },
+};
 
 /// k0smotron's default service ports.
 const API_PORT: i64 = 30443;
@@ -26,32 +31,38 @@ pub const HAPROXY_NAMESPACE: &str = "default";
 /// Name of k0smotron's node proxy DaemonSet.
 pub const HAPROXY_NAME: &str = "k0smotron-haproxy";
 
-/// `.spec.ingress` of K0smotronControlPlane / k0smotron Cluster (v1beta1 and v1beta2).
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-pub(super) struct UpstreamIngress {
-    #[serde(default)]
-    pub api_host: String,
-    pub konnectivity_host: Option<String>,
-    pub class_name: Option<String>,
-    pub port: Option<i64>,
-    #[serde(default)]
-    pub annotations: BTreeMap<String, String>,
-    pub deploy: Option<bool>,
-}
-
+/// `.spec.ingress` of K0smotronControlPlane and k0smotron Cluster (the same
+/// schema in both, and the block k0rdent's templates copy into the former).
+pub(super) type UpstreamIngress = K0smotronControlPlaneIngress;
 /// `.spec.service` of the same kinds (and of k0rdent's `config.k0smotron.service`).
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-pub(super) struct UpstreamService {
-    #[serde(rename = "type")]
-    pub type_: Option<String>,
-    pub api_port: Option<i64>,
-    pub konnectivity_port: Option<i64>,
+pub(super) type UpstreamService = K0smotronControlPlaneService;
+
+/// The k0smotron Cluster's blocks as the K0smotronControlPlane's: k0smotron
+/// generates both from one Go type, field for field.
+fn from_cluster(spec: ClusterSpec) -> K0smotronControlPlaneSpec {
+    K0smotronControlPlaneSpec {
+        ingress: spec.ingress.map(|i: ClusterIngress| UpstreamIngress {
+            annotations: i.annotations,
+            api_host: i.api_host,
+            class_name: i.class_name,
+            deploy: i.deploy,
+            konnectivity_host: i.konnectivity_host,
+            port: i.port,
+        }),
+        service: spec.service.map(|s: ClusterService| UpstreamService {
+            api_port: s.api_port,
+            konnectivity_port: s.konnectivity_port,
+            r#type: s.r#type,
+        }),
+    }
 }
 
 pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, SourceError> {
-    let ingress: UpstreamIngress = source.read("/spec/ingress")?.ok_or_else(|| {
+    let spec = match source.kind {
+        SourceKind::K0smotronControlPlane => source.spec::<K0smotronControlPlaneSpec>()?,
+        _ => from_cluster(source.spec::<ClusterSpec>()?),
+    };
+    let ingress = spec.ingress.ok_or_else(|| {
         source.not_requested("spec.ingress", "missing: the object asks for no ingress")
     })?;
     // A K0smotronControlPlane makes a k0smotron Cluster with its own spec and
@@ -75,11 +86,11 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
             ),
         ));
     }
-    let service: UpstreamService = source.read("/spec/service")?.unwrap_or_default();
+    let service = spec.service.unwrap_or_default();
     // A K0smotronControlPlane makes a k0smotron `Cluster` named after its CAPI
     // Cluster, and that name is in every object k0smotron creates.
     let kmc = match source.kind {
-        super::SourceKind::K0smotronControlPlane => source.cluster_name(),
+        SourceKind::K0smotronControlPlane => source.cluster_name(),
         _ => source.name().to_string(),
     };
     let backend = backend(
@@ -94,16 +105,32 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
         "spec.service",
     )?;
     let upstream = upstream(source, &kmc, &ingress)?;
-    Ok(ControlPlaneIngressSpec {
-        cluster_name: source.cluster_name(),
-        ingress: ingress_spec(source, ingress, "spec.ingress")?,
+    Ok(assemble(
+        source.cluster_name(),
+        ingress_spec(source, ingress, "spec.ingress")?,
+        backend,
+        upstream,
+    ))
+}
+
+/// The spec of a cluster k0smotron runs: its route and node proxy are
+/// k0smotron's (`upstream`), the rest defaults.
+pub(super) fn assemble(
+    cluster_name: String,
+    ingress: IngressSpec,
+    backend: BackendSpec,
+    upstream: UpstreamSpec,
+) -> ControlPlaneIngressSpec {
+    ControlPlaneIngressSpec {
+        cluster_name,
+        ingress,
         route: None,
         backend,
         proxy: None,
         ccm: None,
         kubeconfig_secret: None,
         upstream: Some(upstream),
-    })
+    }
 }
 
 /// Annotation on the object a user writes (K0smotronControlPlane, k0smotron
@@ -161,7 +188,7 @@ pub(super) fn ingress_spec(
     field: &str,
 ) -> Result<IngressSpec, SourceError> {
     Ok(IngressSpec {
-        api_host: ingress.api_host,
+        api_host: ingress.api_host.unwrap_or_default(),
         konnectivity_host: ingress.konnectivity_host.filter(|h| !h.is_empty()),
         class_name: ingress.class_name.filter(|c| !c.is_empty()),
         port: source.port(
@@ -169,7 +196,7 @@ pub(super) fn ingress_spec(
             crate::api::DEFAULT_INGRESS_PORT.into(),
             &format!("{field}.port"),
         )?,
-        annotations: ingress.annotations,
+        annotations: ingress.annotations.unwrap_or_default(),
         // `deploy` tells k0smotron whether IT creates the Ingress; either way
         // the host needs a route, and `spec.upstream.route` says whose it is.
         deploy: true,
@@ -191,7 +218,7 @@ pub(super) fn backend(
     defaults: Defaults,
     field: &str,
 ) -> Result<BackendSpec, SourceError> {
-    let service_type = service.type_.as_deref().unwrap_or(defaults.service_type);
+    let service_type = service.r#type.as_deref().unwrap_or(defaults.service_type);
     Ok(BackendSpec {
         service_name: service_name(name, service_type),
         api_port: source.port(

@@ -8,9 +8,8 @@
 //! that on their own.
 
 use kube::api::DynamicObject;
-use serde_json::Value;
 
-use super::SourceKind;
+use super::{source::SourceKind, tenant::Tenant};
 use crate::api::{ControlPlaneIngress, Steering, validation::FieldError};
 
 /// The API server flag advertise-address steering needs: otherwise the API
@@ -31,31 +30,22 @@ pub fn preflight(
     }
 }
 
-fn strings(value: Option<&Value>) -> Vec<&str> {
-    value
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect()
-}
-
 fn tenant_control_plane(
     kind: SourceKind,
     obj: &DynamicObject,
     cpi: &ControlPlaneIngress,
 ) -> Vec<FieldError> {
-    let spec = obj.data.get("spec");
-    let at = |pointer: &str| spec.and_then(|s| s.pointer(pointer));
+    // Derive read the same spec first and stopped at a field that did not fit.
+    let tenant =
+        Tenant::read(obj, kind == SourceKind::StewardTenantControlPlane).unwrap_or_default();
     let ingress = &cpi.spec.ingress;
     let mut missing = Vec::new();
 
     // The API server's certificate must name the host clients dial through
     // passthrough: the ingress never terminates TLS.
-    let sans = strings(at("/networkProfile/certSANs"));
     let hosts: Vec<&str> = std::iter::once(ingress.api_host.as_str())
         .chain(ingress.konnectivity_host.as_deref())
-        .filter(|h| !sans.contains(h))
+        .filter(|h| !tenant.cert_sans.iter().any(|san| san == h))
         .collect();
     if !hosts.is_empty() {
         missing.push(FieldError {
@@ -67,7 +57,7 @@ fn tenant_control_plane(
         });
     }
 
-    if let Some(hostname) = at("/controlPlane/ingress/hostname").and_then(Value::as_str) {
+    if let Some(hostname) = tenant.ingress.as_ref().and_then(|i| i.hostname.as_deref()) {
         let field = "spec.controlPlane.ingress.hostname";
         match kind {
             // Kamaji writes kubeconfigs for `hostname`: they must dial the
@@ -110,31 +100,30 @@ fn tenant_control_plane(
             .proxy
             .as_ref()
             .is_none_or(|p| p.enabled && p.steering == Steering::AdvertiseAddress);
-    if ours_steer {
-        let args = strings(at("/controlPlane/deployment/extraArgs/apiServer"));
-        if !args.contains(&ENDPOINT_RECONCILER_NONE) {
-            missing.push(FieldError {
-                field: "spec.controlPlane.deployment.extraArgs.apiServer".into(),
-                message: format!(
-                    "add {ENDPOINT_RECONCILER_NONE:?}: otherwise the API server points default/kubernetes back at itself and pods bypass the node proxy"
-                ),
-            });
-        }
+    if ours_steer
+        && !tenant
+            .api_server_args
+            .iter()
+            .any(|a| a == ENDPOINT_RECONCILER_NONE)
+    {
+        missing.push(FieldError {
+            field: "spec.controlPlane.deployment.extraArgs.apiServer".into(),
+            message: format!(
+                "add {ENDPOINT_RECONCILER_NONE:?}: otherwise the API server points default/kubernetes back at itself and pods bypass the node proxy"
+            ),
+        });
     }
 
     // The provider owns konnectivity-agent's args (a patch is reverted): say what to set.
     if let Some(host) = &ingress.konnectivity_host
-        && at("/addons/konnectivity").is_some_and(|k| !k.is_null())
+        && let Some(konnectivity) = &tenant.konnectivity
     {
-        let args = strings(at("/addons/konnectivity/agent/extraArgs"));
+        let args = &konnectivity.agent_args;
         let wanted = [
             format!("--proxy-server-host={host}"),
             format!("--proxy-server-port={}", ingress.port),
         ];
-        let absent: Vec<&String> = wanted
-            .iter()
-            .filter(|w| !args.contains(&w.as_str()))
-            .collect();
+        let absent: Vec<&String> = wanted.iter().filter(|w| !args.contains(w)).collect();
         if !absent.is_empty() {
             missing.push(FieldError {
                 field: "spec.addons.konnectivity.agent.extraArgs".into(),

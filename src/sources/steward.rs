@@ -6,9 +6,11 @@
 //! and does the rest. Without `spec.controlPlane.ingress` the domain
 //! annotation still works, and hcp-ingress then creates the route.
 
-use serde::Deserialize;
-
-use super::{Source, SourceError, domain};
+use super::{
+    domain,
+    source::{Source, SourceError},
+    tenant::Tenant,
+};
 use crate::api::{
     ControlPlaneIngressSpec, DEFAULT_INGRESS_PORT, Flavor, IngressSpec, UpstreamObject,
     UpstreamSpec,
@@ -19,20 +21,11 @@ pub const TCP_PROXY_NAMESPACE: &str = "kube-system";
 /// Name of Steward's tcp-proxy Deployment in the tenant cluster.
 pub const TCP_PROXY_NAME: &str = "steward-tcp-proxy";
 
-/// `spec.controlPlane.ingress`.
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-struct StewardIngress {
-    hostname: Option<String>,
-    ingress_class_name: Option<String>,
-    controller_type: Option<String>,
-}
-
 pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, SourceError> {
-    let ingress: Option<StewardIngress> = source.read("/spec/controlPlane/ingress")?;
-    let Some(ingress) = ingress else {
+    let mut tenant = source.tenant()?;
+    let Some(ingress) = tenant.ingress.take() else {
         // No ingress mode: the domain annotation, and hcp-ingress makes the route.
-        return annotated(source);
+        return annotated(source, &tenant);
     };
     let field = "spec.controlPlane.ingress.hostname";
     let hostname = ingress.hostname.filter(|h| !h.is_empty()).ok_or_else(|| {
@@ -64,7 +57,7 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
     } else {
         "Ingress"
     };
-    let backend = domain::tenant_backend(source)?;
+    let backend = domain::tenant_backend(source, &tenant)?;
     // Steward's konnectivity host: the API host with its first `.k8s.`
     // replaced (without one Steward uses the API host, which SNI cannot split).
     let konnectivity_host = backend.konnectivity_port.and_then(|_| {
@@ -72,7 +65,7 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
             .contains(".k8s.")
             .then(|| api_host.replacen(".k8s.", ".konnectivity.", 1))
     });
-    let tcp_proxy = source.present("/spec/addons/tcpProxy");
+    let tcp_proxy = tenant.tcp_proxy;
     let ingress = IngressSpec {
         api_host,
         konnectivity_host,
@@ -104,8 +97,8 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
 }
 
 /// A Steward tenant with the domain annotation and no ingress mode.
-fn annotated(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, SourceError> {
-    domain::tenant(source, &[domain::DOMAIN_ANNOTATION], None).map_err(|e| match e {
+fn annotated(source: &Source<'_>, tenant: &Tenant) -> Result<ControlPlaneIngressSpec, SourceError> {
+    domain::tenant(source, tenant, &[domain::DOMAIN_ANNOTATION], None).map_err(|e| match e {
         SourceError::NotRequested { object, .. } => SourceError::NotRequested {
             object,
             field: format!(

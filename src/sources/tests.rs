@@ -383,3 +383,83 @@ fn preflight_names_each_missing_setting_of_a_tenant_control_plane() {
     let cpi = derive(&fixed).unwrap();
     assert!(preflight::preflight(SourceKind::KamajiTenantControlPlane, &fixed, &cpi).is_empty());
 }
+
+#[test]
+fn a_field_that_does_not_fit_its_upstream_type_is_named() {
+    let malformed = |obj: DynamicObject| match derive(&obj) {
+        Err(SourceError::Malformed { object, field, .. }) => format!("{object}: {field}"),
+        other => panic!("not a malformed error: {other:?}"),
+    };
+    assert_eq!(
+        malformed(kamaji(
+            json!({"kamaji.clastix.io/ingress.domain": "example.com"}),
+            json!({"networkProfile": {"certSANs": "api.example.com"}}),
+        )),
+        "TenantControlPlane tenant-ns/tenant-00: spec.networkProfile.certSANs"
+    );
+    assert_eq!(
+        malformed(steward(
+            json!({"controlPlane": {"ingress": {"hostname": 443}}})
+        )),
+        "TenantControlPlane tenants/tenant-01: spec.controlPlane.ingress.hostname"
+    );
+    assert_eq!(
+        malformed(object(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "c", "namespace": "ns", "annotations": {"hcp-ingress.dev/domain": "example.com"}},
+            "spec": {"controlPlaneRef": {"name": 7}},
+        }))),
+        "Cluster ns/c: spec.controlPlaneRef.name"
+    );
+}
+
+#[test]
+fn a_capi_cluster_is_read_in_the_version_it_is_served_in() {
+    use crate::api::upstream::CapiCluster;
+    let cluster = |api_version: &str, status: Value| {
+        CapiCluster::read(&object(json!({
+            "apiVersion": api_version, "kind": "Cluster",
+            "metadata": {"name": "c", "namespace": "ns"},
+            "spec": {"paused": true, "controlPlaneRef": {"name": "c-cp"},
+                "clusterNetwork": {"serviceDomain": "corp.local"}},
+            "status": status,
+        })))
+        .unwrap()
+    };
+    let v1beta2 = cluster(
+        "cluster.x-k8s.io/v1beta2",
+        json!({"initialization": {"controlPlaneInitialized": true}}),
+    );
+    assert_eq!(
+        v1beta2,
+        CapiCluster {
+            control_plane_ref: Some("c-cp".into()),
+            paused: true,
+            service_domain: Some("corp.local".into()),
+            control_plane_initialized: true,
+        }
+    );
+    let v1beta1 = cluster(
+        "cluster.x-k8s.io/v1beta1",
+        json!({"controlPlaneReady": false, "conditions": [{"type": "ControlPlaneInitialized", "status": "True"}]}),
+    );
+    assert!(
+        !v1beta1.control_plane_initialized,
+        "controlPlaneReady first"
+    );
+    assert_eq!(v1beta1.control_plane_ref.as_deref(), Some("c-cp"));
+    let by_condition = cluster(
+        "cluster.x-k8s.io/v1beta2",
+        json!({"conditions": [{"type": "ControlPlaneInitialized", "status": "True"}]}),
+    );
+    assert!(by_condition.control_plane_initialized);
+    // The controller reads leniently: a status that does not fit reads as absent.
+    let odd = object(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": "c", "namespace": "ns"},
+        "spec": {"paused": true}, "status": {"initialization": "yes"},
+    }));
+    assert!(CapiCluster::read(&odd).is_err());
+    let lenient = CapiCluster::lenient(&odd);
+    assert!(lenient.paused && !lenient.control_plane_initialized);
+}

@@ -396,16 +396,6 @@ async fn names(client: &Client, namespace: &str, resource: &ApiResource) -> BTre
         .collect()
 }
 
-/// Settings with `/metrics` on a free loopback port.
-fn with_metrics(mut settings: Settings) -> (Settings, std::net::SocketAddr) {
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    settings.metrics_addr = Some(addr);
-    (settings, addr)
-}
-
 /// What a replica's `/metrics` says about its reconciliations.
 #[derive(Debug, Default)]
 #[allow(dead_code)] // read through Debug in the report
@@ -586,7 +576,13 @@ async fn converges_after_random_faults_and_a_restart_with_nothing_lost_or_duplic
     }
     let b_leader_after = b_started.elapsed();
     create_all(&m.client, during_b, &workloads).await;
-    tokio::time::sleep(Duration::from_secs(4).saturating_sub(b_started.elapsed())).await;
+    // B works under faults until it has reconciled as many times as there
+    // are clusters (its first pass over the cache, or retries of it).
+    eventually("replica B reconciling under faults", || async {
+        let figures = scrape(b_metrics).await;
+        (figures.successes + figures.errors >= CLUSTERS as u64).then_some(())
+    })
+    .await;
     set_faults(0.0, 0.0);
     stop_drops.store(true, Ordering::Relaxed);
     dropper.await.unwrap();

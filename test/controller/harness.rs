@@ -362,6 +362,36 @@ where
     }
 }
 
+/// `settings` with the metrics endpoint on a free local port, and its address.
+pub fn with_metrics(mut settings: Settings) -> (Settings, std::net::SocketAddr) {
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    settings.metrics_addr = Some(addr);
+    (settings, addr)
+}
+
+/// How many reconciliations the controller serving metrics at `addr` has
+/// finished, successful or not; `None` while it does not answer.
+pub async fn reconciles(addr: std::net::SocketAddr) -> Option<u64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: controller\r\nConnection: close\r\n\r\n")
+        .await
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let (_, body) = response.split_once("\r\n\r\n")?;
+    Some(
+        body.lines()
+            .filter(|l| l.starts_with("hcp_ingress_controller_reconciles_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64,
+    )
+}
+
 /// Apply an object as a user would (`kubectl apply --server-side`).
 pub async fn apply_value(client: &Client, value: Value) -> DynamicObject {
     apply_as(client, value, "test-user").await

@@ -578,23 +578,10 @@ async fn a_controller_restarted_at_steady_state_makes_no_writes() {
     m.api.clear_request_log();
     // The restarted controller serves its metrics: its own count of
     // reconciliations says when it has looked at every object.
-    let metrics_addr = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap()
-    };
-    let mut settings = Settings::for_tests();
-    settings.metrics_addr = Some(metrics_addr);
+    let (settings, metrics_addr) = with_metrics(Settings::for_tests());
     let running = m.start_with(settings);
     eventually("the restarted controller reconciled all three", || async {
-        let text = scrape(metrics_addr).await?;
-        let done: f64 = text
-            .lines()
-            .filter(|l| {
-                l.starts_with("hcp_ingress_controller_reconciles_total{result=\"success\"}")
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum();
-        (done >= 3.0).then_some(())
+        (reconciles(metrics_addr).await? >= 3).then_some(())
     })
     .await;
     let writes = writes(&m.api);
@@ -817,7 +804,8 @@ async fn a_failed_discovery_is_retried_soon_not_taken_for_a_missing_kind() {
     m.api
         .mem()
         .fail_next(2, RequestMatch::new("discovery", "networking.k8s.io"), 500);
-    let running = m.start();
+    let (settings, metrics) = with_metrics(Settings::for_tests());
+    let running = m.start_with(settings);
     apply_value(
         &m.client,
         cpi("discovered", json!({"className": "haproxy"}), json!({})),
@@ -863,33 +851,43 @@ async fn a_failed_discovery_is_retried_soon_not_taken_for_a_missing_kind() {
     )
     .await
     .unwrap();
-    eventually("a discovery after the CRD change", || async {
-        m.api.request_log()[discoveries_before..]
-            .iter()
-            .any(|r| r.verb == "discovery" && r.status == 500)
-            .then_some(())
+    // The failed rounds (one every `retry`) end in one that answers: a
+    // restart would have come right after a failed round, before that one.
+    let networking =
+        |r: &memkube::RequestRecord| r.verb == "discovery" && r.path.contains("networking.k8s.io");
+    eventually("the failed discoveries, then one that answers", || async {
+        let log = m.api.request_log();
+        let after = &log[discoveries_before..];
+        let failed: Vec<usize> = (0..after.len())
+            .filter(|&i| networking(&after[i]) && after[i].status == 500)
+            .collect();
+        let last = *failed.last()?;
+        (failed.len() == 3
+            && after[last..]
+                .iter()
+                .any(|r| networking(r) && r.status == 200))
+        .then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // And the watches kept serving: a change to the ControlPlaneIngress is
+    // reconciled (after a restart only once the caches were listed again).
+    let done = reconciles(metrics).await.expect("metrics answer");
+    cpis(&m.client)
+        .patch(
+            "discovered",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": {"touch": "1"}}})),
+        )
+        .await
+        .unwrap();
+    eventually("the touched ControlPlaneIngress reconciled", || async {
+        (reconciles(metrics).await? > done).then_some(())
+    })
+    .await;
     assert_eq!(
         cpi_lists(),
         lists_before,
         "a failed discovery restarted the watches as if Ingress had been removed"
     );
     running.stop().await;
-}
-
-/// The text of `/metrics` at `addr`, if it answers.
-async fn scrape(addr: std::net::SocketAddr) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: controller\r\nConnection: close\r\n\r\n")
-        .await
-        .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.ok()?;
-    response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
 }

@@ -4,6 +4,7 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use hcp_ingress::{
+    controller::Settings,
     pki::{self, CertificateAuthority, LeafSpec, Renewal},
     proxy::config,
 };
@@ -538,16 +539,30 @@ async fn an_unreachable_workload_api_is_a_condition_then_converges_and_a_rotated
     connect(&m, &w).await;
     w.mem()
         .fail_next(1_000_000, RequestMatch::new("*", ""), 503);
-    let running = m.start();
+    let (settings, metrics) = with_metrics(Settings::for_tests());
+    let running = m.start_with(settings);
     apply_value(&m.client, cpi(json!({}))).await;
     let (reason, message) = wait_condition(&m.client, CLUSTER, "WorkloadReachable", "False").await;
     assert_eq!(reason, "WorkloadAPIError", "{message}");
+    // The controller keeps trying, backing off: every failed attempt doubles
+    // the delay (1 s, 2 s, 4 s), so three more attempts take at least the
+    // 1 s and 2 s delays even if one came at once, and each is one bounded
+    // round of requests to the workload API.
+    let done = reconciles(metrics).await.expect("metrics answer");
     let attempts = w.request_log().len();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let since = std::time::Instant::now();
+    eventually("three more attempts at the workload cluster", || async {
+        (reconciles(metrics).await? >= done + 3).then_some(())
+    })
+    .await;
+    let (elapsed, requests) = (since.elapsed(), w.request_log().len() - attempts);
     assert!(
-        w.request_log().len() < attempts + 40,
-        "backoff, not a hot loop: {} requests in 2 s",
-        w.request_log().len() - attempts
+        elapsed >= Duration::from_secs(3),
+        "backoff, not a hot loop: three attempts within {elapsed:?}"
+    );
+    assert!(
+        requests < 60,
+        "each attempt is one round of requests: {requests} in three attempts"
     );
 
     w.mem().clear_faults();

@@ -148,6 +148,36 @@ spec:
             ],
         ),
         (
+            "source field of the wrong type names the field in the upstream's schema",
+            "apiVersion: controlplane.cluster.x-k8s.io/v1beta2
+kind: K0smotronControlPlane
+metadata: {name: cp, namespace: tenants}
+spec:
+  ingress: {apiHost: api.t, konnectivityHost: konn.t, port: https}"
+                .into(),
+            vec![
+                "K0smotronControlPlane tenants/cp",
+                "spec.ingress.port",
+                "invalid type: string \"https\", expected i64",
+            ],
+        ),
+        (
+            "a free-form template value of the wrong type is named under spec.config",
+            "apiVersion: k0rdent.mirantis.com/v1beta1
+kind: ClusterDeployment
+metadata: {name: cd, namespace: kcm-system}
+spec:
+  template: t
+  config:
+    ingress: {enabled: true, apiHost: api.t, konnectivityHost: konn.t}
+    k0smotron: {service: {apiPort: [6443]}}"
+                .into(),
+            vec![
+                "ClusterDeployment kcm-system/cd",
+                "spec.config.k0smotron.service.apiPort",
+            ],
+        ),
+        (
             "domain annotation that is not a domain",
             "apiVersion: kamaji.clastix.io/v1alpha1
 kind: TenantControlPlane

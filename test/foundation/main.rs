@@ -7,6 +7,7 @@ mod golden;
 mod modules;
 mod properties;
 mod schema;
+mod upstream_types;
 
 use std::path::{Path, PathBuf};
 

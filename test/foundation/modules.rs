@@ -269,57 +269,6 @@ fn show(m: &Module) -> String {
         .join("::")
 }
 
-/// Cycles that predate this check (or came from work merged beside it),
-/// each a parent module sharing items with its children (`use super::`)
-/// while calling into them: no sibling cycle outside these. They are listed so that the check
-/// covers all of `src/` today: any other cycle, or one of these growing,
-/// fails; when one is broken up, it must leave this list (the test says so).
-/// The proxy has none and must stay off this list.
-const KNOWN: &[&[&str]] = &[
-    &["api", "api::control_plane_ingress", "api::validation"],
-    &["pki", "pki::renewal"],
-    &[
-        "sources",
-        "sources::domain",
-        "sources::k0rdent",
-        "sources::k0smotron",
-        "sources::kamaji",
-        "sources::steward",
-    ],
-    &["render", "render::gateway"],
-    &[
-        "render::workload",
-        "render::workload::proxy",
-        "render::workload::steering",
-    ],
-    &["cli", "cli::render_workload"],
-    &[
-        "controller",
-        "controller::apply",
-        "controller::discovery",
-        "controller::endpoint",
-        "controller::leader",
-        "controller::reconcile",
-        "controller::route",
-        "controller::run",
-        "controller::sources",
-        "controller::workload",
-        "controller::workload::ccm",
-        "controller::workload::cleanup",
-        "controller::workload::client",
-        "controller::workload::steering",
-        "controller::workload::takeover",
-        "controller::workload::tls",
-        "controller::workload::upstream",
-    ],
-    &[
-        "doctor::checks",
-        "doctor::checks::management_side",
-        "doctor::checks::workload_side",
-    ],
-    &["doctor", "doctor::probe"],
-];
-
 fn parse_module(s: &str) -> Module {
     s.split("::").map(String::from).collect()
 }
@@ -328,33 +277,19 @@ fn describe(c: &BTreeSet<Module>) -> String {
     c.iter().map(show).collect::<Vec<_>>().join(", ")
 }
 
+/// No cycle at all, parent and child included: a parent that shares items
+/// with its children (`use super::`) while calling into them keeps those
+/// items in a sibling module it re-exports (`controller/context.rs`,
+/// `sources/source.rs`, `render/shared.rs`, ...).
 #[test]
-fn the_module_graph_of_src_has_no_cycle_but_the_known_ones() {
+fn the_module_graph_of_src_has_no_cycle() {
     let found = cycles(&graph(&parse_src()));
-    if std::env::var_os("SHOW_CYCLES").is_some() {
-        for c in &found {
-            eprintln!("CYCLE: {}", describe(c));
-        }
-    }
-    let known: Vec<BTreeSet<Module>> = KNOWN
-        .iter()
-        .map(|c| c.iter().map(|m| parse_module(m)).collect())
-        .collect();
-    for c in &found {
-        assert!(
-            !c.iter().any(|m| m.first().is_some_and(|f| f == "proxy")),
-            "module cycle in the proxy: {}",
-            describe(c)
-        );
-        assert!(known.contains(c), "module cycle: {}", describe(c));
-    }
-    for k in &known {
-        assert!(
-            found.contains(k),
-            "no longer a cycle, take it off KNOWN: {}",
-            describe(k)
-        );
-    }
+    let described: Vec<String> = found.iter().map(describe).collect();
+    assert!(
+        described.is_empty(),
+        "module cycles (move what the modules share into a module that imports none of them):\n{}",
+        described.join("\n")
+    );
 }
 
 /// The check sees a cycle through `use super::`, `use crate::`, a path

@@ -6,11 +6,12 @@ use std::collections::HashMap;
 
 use kube::{Api, Client, ResourceExt, api::DynamicObject};
 
-use super::{Unreachable, api_error, apply_failed};
+use super::failure::{Unreachable, api_error, apply_failed};
 use crate::{
     api::ControlPlaneIngress,
     controller::{
-        Context, apply,
+        apply,
+        context::Context,
         status::{Desired, types},
     },
     render::workload::{self as ccm, OverrideTarget},

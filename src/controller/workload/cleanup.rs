@@ -11,7 +11,7 @@ use kube::{
 use super::{ccm::release_patched_workloads, steering};
 use crate::{
     api::ControlPlaneIngress,
-    controller::{Context, apply},
+    controller::{apply, context::Context},
     render::workload::{self, NAME, NAMESPACE},
 };
 

@@ -26,7 +26,7 @@ use kube::{
 use md5::{Digest, Md5};
 use tower::{BoxError, ServiceBuilder};
 
-use super::Unreachable;
+use super::failure::Unreachable;
 use crate::{api::ControlPlaneIngress, controller::redact};
 
 /// How long a connection may stay idle before it is closed.

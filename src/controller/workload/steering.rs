@@ -10,11 +10,12 @@ use k8s_openapi::api::{
 };
 use kube::{Api, Client, ResourceExt, api::DynamicObject};
 
-use super::{Unreachable, api_error, apply_failed, resource_of};
+use super::failure::{Unreachable, api_error, apply_failed, resource_of};
 use crate::{
     api::{MANAGED_BY_LABEL, MANAGER, Steering},
     controller::{
-        Context, apply,
+        apply,
+        context::Context,
         status::{Desired, types},
     },
     render::workload::{

@@ -12,13 +12,18 @@ use kube::{
     api::{DynamicObject, Patch},
 };
 
-use super::{Unreachable, api_error, apply_failed, apply_object, proxy_ready, steering, upstream};
+use super::{
+    failure::{Unreachable, api_error, apply_failed},
+    objects::{apply_object, proxy_ready},
+    steering, upstream,
+};
 use kube::runtime::events::EventType;
 
 use crate::{
     api::{ControlPlaneIngress, UpstreamObject},
     controller::{
-        Context, apply,
+        apply,
+        context::Context,
         status::{Desired, Status, types},
     },
     render::workload::{self, ProxyObjects, ServiceRelease, SteeringObjects, service_release},

@@ -7,10 +7,10 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client, ResourceExt};
 
-use super::{Unreachable, api_error};
+use super::failure::{Unreachable, api_error};
 use crate::{
     api::ControlPlaneIngress,
-    controller::{Context, redact},
+    controller::{context::Context, redact},
     pki::{self, CertificateAuthority, Renewal},
     render::workload::{self, NAME, NAMESPACE, ProxyTls, WorkloadInputs},
 };

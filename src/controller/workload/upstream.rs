@@ -10,10 +10,15 @@ use kube::{
 };
 
 use super::{
-    Context, Desired, Outcome, Unreachable, api_error, ccm, not_initialized, types, unreachable,
-    workload_key,
+    ccm,
+    failure::{Unreachable, api_error},
+    outcome::{Outcome, not_initialized, unreachable, workload_key},
 };
 use crate::api::{ControlPlaneIngress, UpstreamObject};
+use crate::controller::{
+    context::Context,
+    status::{Desired, types},
+};
 
 /// The control plane's provider runs its own node proxy and owns
 /// `default/kubernetes`: leave both to it, report on its proxy, and do what

@@ -1,7 +1,17 @@
 //! The management-side hops: DNS of the hosts, the route objects, the
 //! ControlPlaneIngress's own conditions, TLS through the ingress.
 
-use super::*;
+use std::{net::IpAddr, time::SystemTime};
+
+use kube::{ResourceExt, api::DynamicObject};
+
+use super::verdict::*;
+use crate::{
+    api::ControlPlaneIngress,
+    controller::probe::{Handshake, ProbeFailure},
+    pki::{self, CertificateFacts},
+    render::RouteKind,
+};
 
 /// Where the shared ingress's address came from, and the address as given
 /// (an IP, or a host name still to be resolved).

@@ -3,15 +3,23 @@
 //! better than a table of opaque cases.
 
 use std::{
-    net::SocketAddr,
+    net::{IpAddr, SocketAddr},
     time::{Duration, SystemTime},
 };
 
 use k8s_openapi::api::{apps::v1::DaemonSet, core::v1::Endpoints};
+use kube::api::DynamicObject;
 use serde_json::json;
 
 use super::*;
-use crate::{controller::probe::Handshake, render::workload::WorkloadInputs};
+use crate::{
+    api::ControlPlaneIngress,
+    controller::probe::{Handshake, ProbeFailure},
+    render::{
+        RouteKind,
+        workload::{self, NAME, OverrideTarget, SteeringObjects, WorkloadInputs},
+    },
+};
 
 fn cpi(extra: serde_json::Value) -> ControlPlaneIngress {
     let mut value = json!({"apiVersion": "hcp-ingress.dev/v1alpha1", "kind": "ControlPlaneIngress",

@@ -1,7 +1,18 @@
 //! The workload-side hops: the API through the kubeconfig, the steering of
 //! `default/kubernetes`, the node proxy, the CCM environment.
 
-use super::*;
+use k8s_openapi::api::{
+    apps::v1::DaemonSet,
+    core::v1::{Endpoints, Service},
+    discovery::v1::EndpointSlice,
+};
+use kube::api::DynamicObject;
+
+use super::verdict::*;
+use crate::{
+    api::{ControlPlaneIngress, Steering},
+    render::workload::{self, NAME, NAMESPACE, OverrideTarget, SteeringObjects},
+};
 
 /// The `default/kubernetes` steering: as the controller would write it
 /// (`wanted`, `None` when the proxy is disabled) against what the workload

@@ -11,7 +11,7 @@ use kube::api::DynamicObject;
 use md5::{Digest, Md5};
 use serde_json::{Value, json};
 
-use super::{
+use super::shared::{
     ENDPOINT_SLICE_MANAGER, NAME, NAMESPACE, ProxyTls, SKIP_MIRROR_LABEL, WorkloadError,
     WorkloadInputs, bytes, own_labels, proxy_spec, selector_labels, typed,
 };

@@ -15,7 +15,9 @@ use kube::api::DynamicObject;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{ENDPOINT_SLICE_MANAGER, NAMESPACE, own_labels, selector_labels, typed};
+use super::shared::{
+    ENDPOINT_SLICE_MANAGER, NAMESPACE, WorkloadError, own_labels, selector_labels, typed,
+};
 use crate::api::Steering;
 
 /// Name of the ConfigMap (in [`NAMESPACE`]) that holds the record.
@@ -147,8 +149,8 @@ pub fn record(
 }
 
 /// The ConfigMap that keeps a record in the workload cluster.
-pub fn record_config_map(record: &SteeringRecord) -> Result<ConfigMap, super::WorkloadError> {
-    let text = serde_json::to_string(record).map_err(|source| super::WorkloadError::Serialize {
+pub fn record_config_map(record: &SteeringRecord) -> Result<ConfigMap, WorkloadError> {
+    let text = serde_json::to_string(record).map_err(|source| WorkloadError::Serialize {
         kind: "ConfigMap",
         source,
     })?;

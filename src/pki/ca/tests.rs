@@ -7,13 +7,14 @@ use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, KeyUsagePurpose}
 use x509_parser::{certificate::X509Certificate, extensions::ParsedExtension, prelude::FromDer};
 
 use super::*;
+use crate::pki::{RenewReason, Renewal, renewal_due};
 
 /// kubeadm/k0s style: RSA 2048, PKCS#1 key (openssl genrsa -traditional).
-const RSA_CA_CERT: &str = include_str!("../../test/workload/fixtures/ca.crt");
-const RSA_CA_KEY: &str = include_str!("../../test/workload/fixtures/ca.key");
+const RSA_CA_CERT: &str = include_str!("../../../test/workload/fixtures/ca.crt");
+const RSA_CA_KEY: &str = include_str!("../../../test/workload/fixtures/ca.key");
 /// EC P-256 with a SEC1 key.
-const EC_CA_CERT: &str = include_str!("../../test/workload/fixtures/ec-ca.crt");
-const EC_CA_KEY: &str = include_str!("../../test/workload/fixtures/ec-ca.key");
+const EC_CA_CERT: &str = include_str!("../../../test/workload/fixtures/ec-ca.crt");
+const EC_CA_KEY: &str = include_str!("../../../test/workload/fixtures/ec-ca.key");
 
 fn now() -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(1_800_000_000)
