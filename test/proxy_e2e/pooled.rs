@@ -269,6 +269,36 @@ fn pooled_mode_gives_upgrades_a_dedicated_connection_with_bytes_both_ways() {
     );
 }
 
+#[test]
+fn pooled_mode_through_an_nginx_stream_ingress_to_nginx_speaking_http2() {
+    // The world's own tenants: Debian's nginx with `http2`, behind nginx
+    // `stream` + `ssl_preread`.
+    let mut w = World::new(Ingress::NginxStream);
+    w.start_proxy("pooled", &INGRESS, "");
+    // Separate pod connections (python's ssl, HTTP/1.1), no SNI, verifying
+    // the service IP against the cluster CA.
+    for _ in 0..6 {
+        let r = w.get_service();
+        assert_eq!(r["status"], 200, "{r}\n{}", w.logs());
+        let t: Value = serde_json::from_str(r["body"].as_str().unwrap()).unwrap();
+        assert_eq!(t["tenant"], "a", "{r}");
+        assert_eq!(t["verify"], "NONE", "{r}");
+    }
+    assert_eq!(
+        w.metric("hcp_proxy_pool_upstream_connections_opened_total"),
+        1.0,
+        "six pod connections, one pooled connection"
+    );
+    assert_eq!(
+        w.metric("hcp_proxy_pool_requests_total{route=\"pooled\"}"),
+        6.0
+    );
+    assert_eq!(
+        w.metric("hcp_proxy_connections_total{path=\"pooled\"}"),
+        6.0
+    );
+}
+
 /// The tenant: TLS (ALPN h2 and http/1.1, client certificates optional),
 /// `/` and `/echo` answer who asked and how, `/watch` streams two events,
 /// `/upgrade` switches protocols and echoes.

@@ -96,6 +96,9 @@ pub fn h2_head(parts: &Parts, fallback: &str) -> Result<Request<()>, http::Error
     strip_hop_by_hop(&mut headers);
     // `:authority` carries it in HTTP/2.
     headers.remove(HOST);
+    // The pod's 100-continue is answered on its own hop (hyper does so as
+    // the body is read); HTTP/2 upstream it would only add a round trip.
+    headers.remove(http::header::EXPECT);
     let mut req = Request::builder()
         .method(parts.method.clone())
         .uri(uri)
