@@ -71,7 +71,6 @@ http {
   client_body_temp_path $W/tmp; proxy_temp_path $W/tmp; fastcgi_temp_path $W/tmp; uwsgi_temp_path $W/tmp; scgi_temp_path $W/tmp;
   keepalive_requests 1000000;
   keepalive_timeout 300s;
-  http2_max_requests 100000000;
   ssl_session_tickets on;
   ssl_session_cache shared:SSL:10m;
   default_type application/json;

@@ -224,6 +224,7 @@ async fn pooled(
         epoch: Arc::as_ptr(&state) as usize,
         max_connections: state.cfg.pool_max_connections,
         authority: state.cfg.upstream.server_name.as_str().into(),
+        idle: state.cfg.timeouts.idle,
         dial: Arc::new(Dialer {
             shared: shared.clone(),
             state,

@@ -17,6 +17,7 @@
 pub mod dedicated;
 pub mod dial;
 pub mod forward;
+pub mod idle;
 pub mod metrics;
 pub mod upstream;
 
@@ -48,6 +49,9 @@ pub struct Ctx {
     pub max_connections: usize,
     /// `:authority` for HTTP/1.0 requests without a Host header.
     pub authority: Arc<str>,
+    /// `timeouts.idle`: a pod connection with no byte either way for this
+    /// long is closed.
+    pub idle: std::time::Duration,
 }
 
 /// Serve one pod connection (TLS already terminated, `alpn` as negotiated)
@@ -56,6 +60,7 @@ pub async fn serve<S>(io: S, alpn: Option<Vec<u8>>, ctx: Ctx)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let idle = ctx.idle;
     let svc = hyper::service::service_fn(move |req| {
         let ctx = ctx.clone();
         async move { Ok::<_, std::convert::Infallible>(route(req, ctx).await) }
@@ -66,11 +71,17 @@ where
         Some(H2) => b.http2_only(),
         _ => b.http1_only(),
     };
-    if let Err(e) = b
-        .serve_connection_with_upgrades(TokioIo::new(io), svc)
-        .await
-    {
-        debug!(error = %e, "pod connection ended by an error");
+    let clock = idle::Clock::new();
+    let io = idle::Active::new(io, clock.clone());
+    // An upgraded session leaves hyper (the future ends) and with it this
+    // timeout: exec and attach sessions may be quiet for long.
+    tokio::select! {
+        r = b.serve_connection_with_upgrades(TokioIo::new(io), svc) => {
+            if let Err(e) = r {
+                debug!(error = %e, "pod connection ended by an error");
+            }
+        }
+        () = clock.idle_for(idle) => debug!("pod connection idle: closed"),
     }
 }
 

@@ -95,8 +95,10 @@ impl NoRoom {
 /// Which connection takes the next stream: the first (oldest) of the live
 /// ones with room, so streams pack onto few connections. `loads` is
 /// `(streams, limit)` per live connection.
-pub fn pick(loads: &[(usize, usize)]) -> Option<usize> {
-    loads.iter().position(|&(streams, limit)| streams < limit)
+pub fn pick(loads: impl IntoIterator<Item = (usize, usize)>) -> Option<usize> {
+    loads
+        .into_iter()
+        .position(|(streams, limit)| streams < limit)
 }
 
 /// The node's pool.
@@ -156,14 +158,11 @@ impl Pool {
             !c.closed.load(Ordering::Relaxed)
                 && (c.epoch == epoch || c.streams.load(Ordering::Relaxed) > 0)
         });
-        let live: Vec<&Arc<Conn>> = conns.iter().filter(|c| c.epoch == epoch).collect();
-        let loads: Vec<(usize, usize)> = live
-            .iter()
-            .map(|c| (c.streams.load(Ordering::Relaxed), c.limit()))
-            .collect();
-        match pick(&loads) {
+        let live = || conns.iter().filter(|c| c.epoch == epoch);
+        let loads = live().map(|c| (c.streams.load(Ordering::Relaxed), c.limit()));
+        match pick(loads) {
             Some(i) => {
-                let conn = live[i].clone();
+                let conn = live().nth(i).expect("picked among the live").clone();
                 conn.streams.fetch_add(1, Ordering::Relaxed);
                 self.metrics.streams.inc();
                 Ok(Lease {
@@ -171,7 +170,7 @@ impl Pool {
                     metrics: self.metrics.clone(),
                 })
             }
-            None if live.len() >= max => Err(NoRoom::Full),
+            None if live().count() >= max => Err(NoRoom::Full),
             // Room for one more connection: the caller dials.
             None => Err(NoRoom::Unavailable),
         }
@@ -256,10 +255,10 @@ mod tests {
 
     #[test]
     fn streams_pack_onto_the_oldest_connection_with_room() {
-        assert_eq!(pick(&[]), None);
-        assert_eq!(pick(&[(3, 100), (0, 100)]), Some(0));
-        assert_eq!(pick(&[(100, 100), (7, 100)]), Some(1));
+        assert_eq!(pick([]), None);
+        assert_eq!(pick([(3, 100), (0, 100)]), Some(0));
+        assert_eq!(pick([(100, 100), (7, 100)]), Some(1));
         // A server that lowered its limit below what is in flight.
-        assert_eq!(pick(&[(120, 100), (128, 128)]), None);
+        assert_eq!(pick([(120, 100), (128, 128)]), None);
     }
 }
