@@ -111,15 +111,16 @@ impl Drop for Helper {
     }
 }
 
-/// A world whose tenant A is the hyper tenant, with the proxy in pooled mode.
-fn pooled_world() -> (World, Helper) {
+/// A world whose tenant A is the hyper tenant, with the proxy in pooled mode
+/// (`extra`: YAML lines appended to its config).
+fn pooled_world(extra: &str) -> (World, Helper) {
     let mut w = World::new(Ingress::Haproxy);
     // The nginx stand-ins make way for the tenant on tenant A's address.
     w.signal("backends", "TERM");
     let lb = w.lb.clone();
     let mut tenant = Helper::start(&w, &lb, "tenant", "");
     assert_eq!(tenant.report()["listening"], TENANT);
-    w.start_proxy("pooled", &INGRESS, "");
+    w.start_proxy("pooled", &INGRESS, extra);
     (w, tenant)
 }
 
@@ -141,7 +142,7 @@ fn control(w: &World, path: &str) -> Value {
 
 #[test]
 fn pooled_mode_carries_200_pod_connections_on_at_most_4_upstream_connections() {
-    let (w, _tenant) = pooled_world();
+    let (w, _tenant) = pooled_world("");
     let node = w.node.clone();
 
     // 200 pod connections, half HTTP/2 and half HTTP/1.1, each holding a
@@ -235,8 +236,32 @@ fn pooled_mode_carries_200_pod_connections_on_at_most_4_upstream_connections() {
 }
 
 #[test]
+fn a_full_pool_sends_further_requests_on_dedicated_connections() {
+    // One pooled connection of 100 streams for 150 watches: the other 50
+    // get their own connection instead of waiting behind watches that may
+    // never end.
+    let (w, _tenant) = pooled_world("pool: {maxConnections: 1}\n");
+    let mut pods = Helper::start(&w, &w.pod.clone(), "client", "watch 150");
+    let opened = pods.report();
+    assert_eq!(opened["watching"], 150, "{opened}\n{}", w.logs());
+    let stats = control(&w, "/stats");
+    assert_eq!(stats["open_http2"], 1, "{stats}");
+    assert_eq!(stats["open_http1"], 50, "{stats}");
+    assert_eq!(w.metric("hcp_proxy_pool_upstream_connections"), 1.0);
+    assert_eq!(w.metric("hcp_proxy_pool_dedicated_connections"), 50.0);
+    assert_eq!(
+        w.metric("hcp_proxy_pool_requests_total{route=\"dedicated\"}"),
+        50.0
+    );
+    control(&w, "/release");
+    pods.proceed();
+    let ended = pods.report();
+    assert_eq!(ended["second_event"], 150, "{ended}");
+}
+
+#[test]
 fn pooled_mode_gives_upgrades_a_dedicated_connection_with_bytes_both_ways() {
-    let (w, _tenant) = pooled_world();
+    let (w, _tenant) = pooled_world("");
     for proto in ["websocket", "SPDY/3.1"] {
         let before = control(&w, "/stats")["used"].as_u64().unwrap();
         let mut pod = Helper::start(&w, &w.pod.clone(), "client", &format!("upgrade {proto}"));

@@ -31,6 +31,8 @@ use super::{
 /// does not stall the others.
 const STREAM_WINDOW: u32 = 256 * 1024;
 const CONNECTION_WINDOW: u32 = 16 * 1024 * 1024;
+/// Streams a new connection takes before the server has said its limit.
+const INITIAL_MAX_STREAMS: usize = 100;
 
 /// One pooled connection.
 pub struct Conn {
@@ -216,6 +218,11 @@ impl Pool {
             .initial_connection_window_size(CONNECTION_WINDOW)
             // Pods never push; refuse it.
             .enable_push(false)
+            // Until the server's SETTINGS arrive, assume the 100 streams
+            // RFC 9113 asks servers to allow, not h2's "unlimited": a burst
+            // of requests on a new connection must not queue behind the
+            // server's real limit (a watch queued there waits forever).
+            .initial_max_send_streams(INITIAL_MAX_STREAMS)
             .handshake::<_, Bytes>(io)
             .await?;
         let send = send.ready().await?;
