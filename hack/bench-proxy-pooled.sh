@@ -3,17 +3,20 @@
 # HAProxy with k0smotron's sidecar config, in ONE run on the same rig
 # (../shared/PERF.md), all on loopback:
 #
-#   client ──> 127.0.0.2:7443 HAProxy, k0smotron config, RSA-2048 leaf (anchor)
-#          ──> 127.0.0.3:7443 hcp-ingress proxy, mode reencrypt
-#          ──> 127.0.0.4:7443 hcp-ingress proxy, mode pooled
-#          ──> 127.0.0.1:9001 tenant A directly ("direct", latency baseline)
-#   every proxy ──> 127.0.0.1:8443 shared ingress (HAProxy, SNI routing)
-#                     ──> 127.0.0.1:9001 tenant stand-in (nginx, TLS, h2 + http/1.1)
+#   client ──> 127.0.15.2:7443 HAProxy, k0smotron config, RSA-2048 leaf (anchor)
+#          ──> 127.0.15.3:7443 hcp-ingress proxy, mode reencrypt
+#          ──> 127.0.15.4:7443 hcp-ingress proxy, mode pooled
+#          ──> 127.0.15.1:9001 tenant A directly ("direct", latency baseline)
+#   every proxy ──> 127.0.15.1:8443 shared ingress (HAProxy, SNI routing)
+#                     ──> 127.0.15.1:9001 tenant stand-in (nginx, TLS, h2 + http/1.1)
 #
 # Prints, per target: upstream connections held while POD_CONNS pod
-# connections are open (one request each), CPU of the node proxy per
+# connections are open (one request each) and the proxy's RSS growth per
+# such connection (first use on a fresh process), CPU of the node proxy per
 # keep-alive request and per new pod connection, CPU of the shared side
 # (ingress + tenant) per request, and added p50/p99 latency at c=1.
+# Its own loopback addresses (127.0.15.0/24), so that it runs next to
+# hack/bench-proxy.sh.
 # Packages: haproxy nginx wrk openssl python3 curl iproute2 (ss).
 #
 # Env: DURATION (s, default 5), REPS (default 3), CONNS (default 50),
@@ -51,8 +54,8 @@ trap cleanup EXIT
   cd "$W"
   ca "bench cluster CA"
   leaf tenant-a rsa:2048 "" "DNS:$API"
-  leaf k0s-rsa rsa:2048 "" "DNS:kubernetes.default.svc,IP:127.0.0.2,IP:127.0.0.3,IP:127.0.0.4"
-  leaf ecdsa ec "-pkeyopt ec_paramgen_curve:P-256" "DNS:kubernetes.default.svc,IP:127.0.0.2,IP:127.0.0.3,IP:127.0.0.4"
+  leaf k0s-rsa rsa:2048 "" "DNS:kubernetes.default.svc,IP:127.0.15.2,IP:127.0.15.3,IP:127.0.15.4"
+  leaf ecdsa ec "-pkeyopt ec_paramgen_curve:P-256" "DNS:kubernetes.default.svc,IP:127.0.15.2,IP:127.0.15.3,IP:127.0.15.4"
   chmod 644 ./*
 )
 
@@ -75,7 +78,7 @@ http {
   ssl_session_cache shared:SSL:10m;
   default_type application/json;
   server {
-    listen 127.0.0.1:9001 ssl http2;
+    listen 127.0.15.1:9001 ssl http2;
     ssl_certificate $W/tenant-a.crt; ssl_certificate_key $W/tenant-a.key;
     location / { return 200 '$BODY'; }
   }
@@ -93,12 +96,12 @@ defaults
   timeout client 5m
   timeout server 5m
 frontend ingress
-  bind 127.0.0.1:8443
+  bind 127.0.15.1:8443
   tcp-request inspect-delay 5s
   tcp-request content accept if { req.ssl_hello_type 1 }
   use_backend tenant_a if { req.ssl_sni -i $API }
 backend tenant_a
-  server a 127.0.0.1:9001
+  server a 127.0.15.1:9001
 EOF
 haproxy -db -f "$W/ingress.cfg" & INGRESS_PID=$!; PIDS+=($INGRESS_PID)
 
@@ -110,12 +113,12 @@ defaults
   timeout client 5m
   timeout server 5m
 frontend kubeapi_front
-    bind 127.0.0.2:7443 v4v6 ssl crt $W/k0s-rsa.pem
+    bind 127.0.15.2:7443 v4v6 ssl crt $W/k0s-rsa.pem
     mode tcp
     default_backend kubeapi_back
 backend kubeapi_back
     mode tcp
-    server kube_api 127.0.0.1:8443 ssl verify required ca-file $W/ca.crt sni str($API)
+    server kube_api 127.0.15.1:8443 ssl verify required ca-file $W/ca.crt sni str($API)
 EOF
 haproxy -db -f "$W/anchor.cfg" & ANCHOR_PID=$!; PIDS+=($ANCHOR_PID)
 
@@ -123,7 +126,7 @@ proxy() { # address mode
   cat > "$W/proxy-$2.yaml" <<EOF
 listen: {address: $1, port: 7443}
 mode: $2
-upstream: {serverName: $API, port: 8443, addresses: ["127.0.0.1"], caFile: $W/ca.crt}
+upstream: {serverName: $API, port: 8443, addresses: ["127.0.15.1"], caFile: $W/ca.crt}
 tls: {certFile: $W/ecdsa.crt, keyFile: $W/ecdsa.key}
 admin: {address: "$1:9445"}
 limits: {maxConnections: 20000}
@@ -131,38 +134,42 @@ log: {level: warn}
 EOF
   "$HCP_INGRESS" proxy --config "$W/proxy-$2.yaml" & PIDS+=($!)
 }
-proxy 127.0.0.3 reencrypt; REENCRYPT_PID=${PIDS[-1]}
-proxy 127.0.0.4 pooled; POOLED_PID=${PIDS[-1]}
+proxy 127.0.15.3 reencrypt; REENCRYPT_PID=${PIDS[-1]}
+proxy 127.0.15.4 pooled; POOLED_PID=${PIDS[-1]}
 
 wait_ok() { # url
   for _ in $(seq 1 100); do curl -ksf -o /dev/null "$1" && return 0; sleep 0.1; done
   echo "error: $1 never answered" >&2; exit 1
 }
-for u in https://127.0.0.1:9001/ http://127.0.0.3:9445/readyz http://127.0.0.4:9445/readyz \
-         https://127.0.0.2:7443/ https://127.0.0.3:7443/ https://127.0.0.4:7443/; do wait_ok "$u"; done
+for u in https://127.0.15.1:9001/ http://127.0.15.3:9445/readyz http://127.0.15.4:9445/readyz \
+         https://127.0.15.2:7443/ https://127.0.15.3:7443/ https://127.0.15.4:7443/; do wait_ok "$u"; done
 
 TARGETS=(haproxy reencrypt pooled direct)
-declare -A HOST=([haproxy]=127.0.0.2:7443 [reencrypt]=127.0.0.3:7443 [pooled]=127.0.0.4:7443 [direct]=127.0.0.1:9001)
+declare -A HOST=([haproxy]=127.0.15.2:7443 [reencrypt]=127.0.15.3:7443 [pooled]=127.0.15.4:7443 [direct]=127.0.15.1:9001)
 declare -A PID_OF=([haproxy]=$ANCHOR_PID [reencrypt]=$REENCRYPT_PID [pooled]=$POOLED_PID [direct]=$TENANT_PID)
 
 # --- upstream connections held by each node proxy while POD_CONNS pod
 # connections are open, counted by the kernel (sockets of that process to the
 # ingress) and, for pooled mode, by the proxy's own gauge.
-held_upstream() { # target
-  local hp=${HOST[$1]} pid=${PID_OF[$1]} fifo="$W/fifo.$RANDOM" n
+rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }  # KiB
+held_upstream() { # target -> "opened upstream_sockets bytes_per_pod_conn"
+  local hp=${HOST[$1]} pid=${PID_OF[$1]} fifo="$W/fifo.$RANDOM" n before after
   mkfifo "$fifo"
+  before=$(rss "$pid")
   python3 hack/bench/idle_conns.py "${hp%:*}" "${hp#*:}" "$POD_CONNS" --ca "$W/ca.crt" < "$fifo" > "$W/idle.out" & local py=$!
   exec 9>"$fifo"
   for _ in $(seq 1 600); do grep -q ready "$W/idle.out" 2>/dev/null && break; sleep 0.1; done
   n=$(ss -Htnp state established '( dport = :8443 )' | grep -c "pid=$pid," || true)
-  echo "$(awk '/ready/ {print $2}' "$W/idle.out") $n"
+  after=$(rss "$pid")
+  local opened; opened=$(awk '/ready/ {print $2}' "$W/idle.out")
+  echo "$opened $n $(( (after - before) * 1024 / (opened > 0 ? opened : 1) ))"
   exec 9>&-
   wait "$py" || true
   rm -f "$fifo"
 }
-declare -A HELD OPENED
-for t in haproxy reencrypt pooled; do read -r OPENED[$t] HELD[$t] < <(held_upstream "$t"); done
-POOL_GAUGE=$(curl -s http://127.0.0.4:9445/metrics | awk '/^hcp_proxy_pool_upstream_connections / {print $2}')
+declare -A HELD OPENED MEM
+for t in haproxy reencrypt pooled; do read -r OPENED[$t] HELD[$t] MEM[$t] < <(held_upstream "$t"); done
+POOL_GAUGE=$(curl -s http://127.0.15.4:9445/metrics | awk '/^hcp_proxy_pool_upstream_connections / {print $2}')
 
 # --- CPU per request (the proxy process, and the shared side: ingress +
 # tenant) and latency, interleaved, medians of REPS.
@@ -220,6 +227,7 @@ def row(name, v, fmt="{:.1f}"):
     cells="".join(f"{fmt.format(v[t]):>10}" for t in T)
     print(f"{name:<48}{cells}{r(v['pooled'],v['haproxy']):>10.2f}{r(v['pooled'],v['reencrypt']):>11.2f}")
 row(f"upstream conns held, ${POD_CONNS} pod conns open", held, "{:.0f}")
+row("proxy RSS bytes per idle pod connection", {"haproxy": ${MEM[haproxy]}, "reencrypt": ${MEM[reencrypt]}, "pooled": ${MEM[pooled]}}, "{:.0f}")
 row("keep-alive req/s", ka, "{:.0f}")
 row("proxy CPU us per keep-alive request", kacpu)
 row("shared side CPU us per keep-alive request", kash)
