@@ -260,6 +260,17 @@ fn a_full_pool_sends_further_requests_on_dedicated_connections() {
 }
 
 #[test]
+fn an_idle_pod_connection_is_closed_and_the_pooled_one_stays() {
+    let (w, _tenant) = pooled_world("timeouts: {idle: 1s}\n");
+    let mut pod = Helper::start(&w, &w.pod.clone(), "client", "idle");
+    let r = pod.report();
+    assert_eq!(r["status"], 200, "{r}");
+    // The proxy closed the quiet connection (the client saw its end).
+    assert_eq!(pod.report()["closed_by_proxy"], true);
+    assert_eq!(w.metric("hcp_proxy_pool_upstream_connections"), 1.0);
+}
+
+#[test]
 fn pooled_mode_gives_upgrades_a_dedicated_connection_with_bytes_both_ways() {
     let (w, _tenant) = pooled_world("");
     for proto in ["websocket", "SPDY/3.1"] {
@@ -773,6 +784,22 @@ mod client {
                     );
                 }
                 report(Value::Object(out));
+            }
+            "idle" => {
+                let io = TokioIo::new(connect(h11).await);
+                let (mut s, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+                let conn = tokio::spawn(conn);
+                let resp = s
+                    .send_request(origin_form(request("GET", "/echo", Bytes::new())))
+                    .await
+                    .unwrap();
+                let status = resp.status().as_u16();
+                resp.into_body().collect().await.unwrap();
+                report(json!({"status": status}));
+                // Nothing more from this side: the connection ends when
+                // the proxy closes it.
+                let _ = conn.await;
+                report(json!({"closed_by_proxy": true}));
             }
             "upgrade" => {
                 let mut s = open(h11, false).await;
