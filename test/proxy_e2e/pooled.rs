@@ -26,6 +26,8 @@ const CONTROL: &str = "127.0.0.1:9100";
 /// What the tenant advertises as SETTINGS_MAX_CONCURRENT_STREAMS: 200
 /// concurrent watches need two pooled connections.
 const TENANT_MAX_STREAMS: u32 = 100;
+/// Bytes of the tenant's `/big` response.
+const BIG: usize = 3_000_000;
 
 /// The helper processes' entry point: the tenant or a pod client, chosen by
 /// `HCP_E2E_POOLED_ROLE`; a no-op otherwise.
@@ -217,6 +219,7 @@ fn pooled_mode_carries_200_pod_connections_on_at_most_4_upstream_connections() {
         // The tenant saw the request over the pool: HTTP/2.
         assert_eq!(got["upstream_version"], "HTTP/2.0", "{r}");
         assert_eq!(got["posted"], 300_000, "{r}");
+        assert_eq!(got["big"], BIG, "{r}");
     }
     let after = control(&w, "/stats");
     assert!(after["used"].as_u64().unwrap() <= 4, "{after}");
@@ -546,6 +549,11 @@ mod tenant {
                     .body(full(String::new()))
                     .unwrap()
             }
+            "/big" => {
+                drop(guard);
+                // A list response far beyond one stream window (256 KiB).
+                Response::new(full("x".repeat(super::BIG)))
+            }
             _ => {
                 let authorization = req
                     .headers()
@@ -636,8 +644,14 @@ mod client {
     impl Sender {
         async fn send(&mut self, req: Request<Full<Bytes>>) -> Response<Incoming> {
             match self {
-                Sender::H1(s) => s.send_request(req).await.unwrap(),
-                Sender::H2(s) => s.send_request(req).await.unwrap(),
+                Sender::H1(s) => {
+                    s.ready().await.unwrap();
+                    s.send_request(req).await.unwrap()
+                }
+                Sender::H2(s) => {
+                    s.ready().await.unwrap();
+                    s.send_request(req).await.unwrap()
+                }
             }
         }
     }
@@ -777,10 +791,16 @@ mod client {
                         &resp.into_body().collect().await.unwrap().to_bytes(),
                     )
                     .unwrap();
+                    let mut big = request("GET", "/big", Bytes::new());
+                    if !is_h2 {
+                        big = origin_form(big);
+                    }
+                    let big = s.send(big).await.into_body().collect().await.unwrap();
                     out.insert(
                         name.into(),
                         json!({"status": status, "tenant": got["tenant"], "authorization": got["authorization"],
-                               "upstream_version": got["version"], "posted": got["posted"]}),
+                               "upstream_version": got["version"], "posted": got["posted"],
+                               "big": big.to_bytes().len()}),
                     );
                 }
                 report(Value::Object(out));
