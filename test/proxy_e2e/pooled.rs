@@ -274,6 +274,43 @@ fn an_idle_pod_connection_is_closed_and_the_pooled_one_stays() {
 }
 
 #[test]
+fn losing_the_ingress_of_the_pooled_connection_moves_requests_to_another() {
+    let (mut w, _tenant) = pooled_world("");
+    let ok = |w: &World| {
+        let mut pod = Helper::start(w, &w.pod.clone(), "client", "get");
+        let r = pod.report();
+        r["h2"]["status"] == 200 && r["http/1.1"]["status"] == 200
+    };
+    assert!(ok(&w));
+    assert_eq!(
+        w.metric("hcp_proxy_pool_upstream_connections_opened_total"),
+        1.0
+    );
+    // The ingress instance the pooled connection goes through dies: the
+    // proxy logs which one it is.
+    let opened = w
+        .log("proxy")
+        .lines()
+        .find(|l| l.contains("pooled upstream connection opened"))
+        .map(str::to_string)
+        .expect("the proxy logs the pooled connection");
+    let through = (0..2)
+        .find(|&i| opened.contains(&format!("{}:443", INGRESS[i])))
+        .unwrap_or_else(|| panic!("no ingress address in {opened}"));
+    w.signal(&format!("ingress{through}"), "KILL");
+    w.eventually("the pooled connection is gone", || {
+        w.metric("hcp_proxy_pool_upstream_connections") == 0.0
+    });
+    // The next requests open a pooled connection through the other one.
+    assert!(ok(&w), "{}", w.logs());
+    assert_eq!(
+        w.metric("hcp_proxy_pool_upstream_connections_opened_total"),
+        2.0
+    );
+    assert_eq!(w.metric("hcp_proxy_pool_upstream_connections"), 1.0);
+}
+
+#[test]
 fn pooled_mode_gives_upgrades_a_dedicated_connection_with_bytes_both_ways() {
     let (w, _tenant) = pooled_world("");
     for proto in ["websocket", "SPDY/3.1"] {

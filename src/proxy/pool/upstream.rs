@@ -213,6 +213,7 @@ impl Pool {
         if io.get_ref().1.alpn_protocol() != Some(H2) {
             return Err(PoolError::Alpn("h2"));
         }
+        let upstream = io.get_ref().0.peer_addr().ok();
         let (send, connection) = h2::client::Builder::new()
             .initial_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
@@ -237,6 +238,7 @@ impl Pool {
         metrics.connections.inc();
         metrics.connections_opened.inc();
         info!(
+            upstream = ?upstream,
             max_streams = conn.limit(),
             "pooled upstream connection opened"
         );
@@ -248,8 +250,10 @@ impl Pool {
             }
             metrics.connections.dec();
             match r {
-                Ok(()) => info!("pooled upstream connection closed"),
-                Err(e) => info!(error = %e, "pooled upstream connection ended"),
+                Ok(()) => info!(upstream = ?upstream, "pooled upstream connection closed"),
+                Err(e) => {
+                    info!(upstream = ?upstream, error = %e, "pooled upstream connection ended")
+                }
             }
         });
         Ok(conn)
