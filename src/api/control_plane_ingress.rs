@@ -359,6 +359,17 @@ pub enum ProxyMode {
     Passthrough,
     /// L4 with a PROXY v2 header carrying apiHost in the authority TLV.
     ProxyProtocol,
+    /// Terminate TLS as reencrypt does and carry the pods' HTTP requests over
+    /// a few HTTP/2 connections per node (upgrades on their own connection),
+    /// so the ingress and the API server see O(nodes) connections.
+    Pooled,
+}
+
+impl ProxyMode {
+    /// Whether the proxy terminates the pods' TLS with a minted leaf.
+    pub fn terminates_tls(self) -> bool {
+        matches!(self, ProxyMode::Reencrypt | ProxyMode::Pooled)
+    }
 }
 
 /// The node-local proxy in the workload cluster.

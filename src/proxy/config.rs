@@ -9,7 +9,7 @@ pub mod file;
 
 pub use file::{
     Balance, LogFormatKey, Mode, RESTART_ONLY_KEYS, RawAdmin, RawConfig, RawDns, RawHealth,
-    RawLimits, RawListen, RawLog, RawReload, RawTimeouts, RawTls, RawUpstream,
+    RawLimits, RawListen, RawLog, RawPool, RawReload, RawTimeouts, RawTls, RawUpstream,
 };
 
 use std::{
@@ -143,6 +143,8 @@ pub struct Config {
     pub log_level: String,
     /// Tokio worker threads; 1 runs a single-threaded runtime.
     pub worker_threads: usize,
+    /// Pooled HTTP/2 upstream connections at most (pooled mode).
+    pub pool_max_connections: usize,
 }
 
 /// Parse a duration such as `500ms`, `5s`, `2m`, `1h` or `1m30s`: jiff's
@@ -339,8 +341,11 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         }),
         None => None,
     };
-    if mode == Mode::Reencrypt && tls.is_none() {
-        return Err(ConfigError::invalid("tls", "is required in mode reencrypt"));
+    if mode.terminates_tls() && tls.is_none() {
+        return Err(ConfigError::invalid(
+            "tls",
+            format!("is required in mode {}", mode.as_str()),
+        ));
     }
 
     let passthrough_server_names = match raw.passthrough_server_names {
@@ -406,6 +411,21 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     )?;
     let log = raw.log.unwrap_or_default();
     let worker_threads = ranged("workerThreads", raw.worker_threads, 1, 1, 64)? as usize;
+    if raw.pool.is_some() && mode != Mode::Pooled {
+        return Err(ConfigError::invalid(
+            "pool",
+            format!("applies to mode pooled only, not {}", mode.as_str()),
+        ));
+    }
+    // Four connections carry hundreds of concurrent streams each; more
+    // would defeat the point of pooling (O(nodes) upstream connections).
+    let pool_max_connections = ranged(
+        "pool.maxConnections",
+        raw.pool.and_then(|p| p.max_connections),
+        4,
+        1,
+        64,
+    )? as usize;
 
     Ok(Config {
         listen,
@@ -421,6 +441,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         log_format: log.format.unwrap_or_default(),
         log_level: log.level.unwrap_or_else(|| "info".to_string()),
         worker_threads,
+        pool_max_connections,
     })
 }
 
@@ -494,6 +515,9 @@ impl From<&Config> for RawConfig {
                 level: Some(c.log_level.clone()),
             }),
             worker_threads: Some(c.worker_threads as u64),
+            pool: (c.mode == Mode::Pooled).then_some(RawPool {
+                max_connections: Some(c.pool_max_connections as u64),
+            }),
         }
     }
 }

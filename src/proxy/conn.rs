@@ -22,7 +22,8 @@ pub use hello::{Path, Rewind, decide};
 
 use super::{
     copy::{CopyEnd, CopyError, Side, copy_bidirectional},
-    metrics::{BytesLabel, PathLabel},
+    metrics::{BytesLabel, Metrics, PathLabel},
+    pool,
     state::{Shared, State},
 };
 
@@ -160,6 +161,105 @@ pub async fn handle(shared: Arc<Shared>, mut client: TcpStream, peer: SocketAddr
             ))
             .await;
         }
+        Path::Pooled => {
+            drop((up_bytes, down_bytes));
+            // Boxed for the same reason as reencrypt.
+            Box::pin(pooled(
+                shared.clone(),
+                state,
+                client,
+                peer,
+                hello_bytes,
+                deadline,
+            ))
+            .await;
+        }
+    }
+}
+
+/// Reaches the upstream for the pooled mode: TLS with the given ALPN, with
+/// the failover, balancing and health marking of every other path.
+struct Dialer {
+    shared: Arc<Shared>,
+    state: Arc<State>,
+}
+
+impl pool::Dial for Dialer {
+    fn dial(
+        &self,
+        alpn: &'static [u8],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<pool::Dialed>> + Send>> {
+        let (shared, state) = (self.shared.clone(), self.state.clone());
+        Box::pin(async move {
+            let (io, guard) = connect_tls(&shared, &state, &[alpn.to_vec()]).await?;
+            Some(pool::Dialed {
+                io,
+                hold: Box::new(guard),
+            })
+        })
+    }
+}
+
+/// Pooled path: finish the client's handshake offering h2 and http/1.1,
+/// then serve its requests over the node's pooled upstream connections.
+async fn pooled(
+    shared: Arc<Shared>,
+    state: Arc<State>,
+    client: TcpStream,
+    peer: SocketAddr,
+    hello_bytes: Vec<u8>,
+    deadline: Instant,
+) {
+    let Some(base) = state.tls.server_for(None) else {
+        return;
+    };
+    let server_cfg = shared.pooled.serving_config(&base);
+    let m = &shared.metrics;
+    let Some(down) = accept_client(m, server_cfg, client, peer, hello_bytes, deadline).await else {
+        return;
+    };
+    let alpn = down.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+    let ctx = pool::Ctx {
+        pool: shared.pooled.clone(),
+        epoch: Arc::as_ptr(&state) as usize,
+        max_connections: state.cfg.pool_max_connections,
+        authority: state.cfg.upstream.server_name.as_str().into(),
+        idle: state.cfg.timeouts.idle,
+        dial: Arc::new(Dialer {
+            shared: shared.clone(),
+            state,
+        }),
+    };
+    pool::serve(down, alpn, ctx).await;
+}
+
+/// Finish the client's TLS handshake (its ClientHello already read) by
+/// `deadline`, at least a second from now; failures are counted.
+async fn accept_client(
+    m: &Metrics,
+    server_cfg: Arc<rustls::ServerConfig>,
+    client: TcpStream,
+    peer: SocketAddr,
+    hello_bytes: Vec<u8>,
+    deadline: Instant,
+) -> Option<tokio_rustls::server::TlsStream<Rewind<TcpStream>>> {
+    let accept = TlsAcceptor::from(server_cfg).accept(Rewind::new(client, hello_bytes));
+    match tokio::time::timeout_at(
+        deadline.max(Instant::now() + Duration::from_secs(1)),
+        accept,
+    )
+    .await
+    {
+        Ok(Ok(s)) => Some(s),
+        Ok(Err(e)) => {
+            m.handshake_error("tls");
+            debug!(%peer, error = %e, "client TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            m.handshake_error("timeout");
+            None
+        }
     }
 }
 
@@ -191,23 +291,9 @@ async fn reencrypt(
     let Some(server_cfg) = state.tls.server_for(chosen.as_deref()) else {
         return;
     };
-    let accept = TlsAcceptor::from(server_cfg).accept(Rewind::new(client, hello_bytes));
-    let mut down = match tokio::time::timeout_at(
-        deadline.max(Instant::now() + Duration::from_secs(1)),
-        accept,
-    )
-    .await
-    {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            m.handshake_error("tls");
-            debug!(%peer, error = %e, "client TLS handshake failed");
-            return;
-        }
-        Err(_) => {
-            m.handshake_error("timeout");
-            return;
-        }
+    let Some(mut down) = accept_client(m, server_cfg, client, peer, hello_bytes, deadline).await
+    else {
+        return;
     };
     let r = copy_bidirectional(&mut down, &mut up, io.up, io.down, state.cfg.timeouts.idle).await;
     copy_ended(shared, peer, r);
@@ -296,8 +382,10 @@ mod size_tests {
             crate::proxy::config::validate(crate::proxy::config::parse(&text).unwrap()).unwrap();
         let tls = crate::proxy::tls::TlsMaterial::load(&cfg).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
+        let metrics = crate::proxy::metrics::Metrics::new();
         Arc::new(super::Shared {
-            metrics: crate::proxy::metrics::Metrics::new(),
+            pooled: Arc::new(crate::proxy::pool::Pool::new(metrics.pool.clone())),
+            metrics,
             state: arc_swap::ArcSwap::from_pointee(super::State { cfg, tls }),
             pool: crate::proxy::upstream::Pool::new(),
             listening: Default::default(),

@@ -275,7 +275,7 @@ pub fn proxy_config(data: &[u8]) {
     let normal = |n: &str| !n.is_empty() && n == config::normalize_name(n);
     assert!(normal(&c.upstream.server_name) && !c.upstream.server_name.contains('*'));
     assert!(c.passthrough_server_names.iter().all(|n| normal(n)));
-    if c.mode == config::Mode::Reencrypt {
+    if c.mode.terminates_tls() {
         assert!(c.tls.is_some());
     }
     let printed = c.to_string();

@@ -88,6 +88,8 @@ pub struct Metrics {
     /// `notAfter` of the serving certificate in force; no series without
     /// one (passthrough modes), so an expiry alert never sees a 0.
     pub certificate_expiry: Family<FileLabel, Gauge>,
+    /// The pooled mode's metrics.
+    pub pool: super::pool::PoolMetrics,
 }
 
 impl Default for Metrics {
@@ -175,8 +177,10 @@ impl Metrics {
             "End of validity (Unix seconds) of the serving certificate in force",
             certificate_expiry.clone(),
         );
+        let pool = super::pool::PoolMetrics::register(&mut registry);
         for path in [
             "reencrypt",
+            "pooled",
             "passthrough",
             "proxy-protocol",
             "sni-passthrough",
@@ -238,6 +242,7 @@ impl Metrics {
             connect_seconds,
             reloads,
             certificate_expiry,
+            pool,
         }
     }
 

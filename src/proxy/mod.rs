@@ -6,6 +6,8 @@
 //! and picks a path → [`upstream`] picks an address → bytes flow through
 //! [`copy`] (TLS via [`tls`]; PROXY v2 via [`proxy_protocol`]). [`reload`]
 //! swaps config and certificates, [`admin`] serves probes and [`metrics`].
+//! In pooled mode [`pool`] serves the pods' HTTP over a few upstream
+//! HTTP/2 connections instead of copying bytes.
 //! What they share lives in [`state`].
 
 pub mod admin;
@@ -19,6 +21,7 @@ pub mod dns;
 pub mod fuzz_checks;
 pub mod metrics;
 pub mod netlink;
+pub mod pool;
 pub mod proxy_protocol;
 pub mod reload;
 pub mod server;

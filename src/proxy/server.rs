@@ -275,8 +275,11 @@ pub async fn run(
             addr: cfg.listen.addr,
             source,
         })?;
+    let metrics = Metrics::new();
+    let pooled = Arc::new(super::pool::Pool::new(metrics.pool.clone()));
     let shared = Arc::new(Shared {
-        metrics: Metrics::new(),
+        pooled,
+        metrics,
         state: ArcSwap::from_pointee(state),
         pool: Pool::new(),
         listening: AtomicBool::new(false),

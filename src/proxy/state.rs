@@ -41,6 +41,8 @@ pub struct Shared {
     pub reloaded: Notify,
     /// The pod template revision (`--revision`), for `/readyz/<revision>`.
     pub revision: Option<String>,
+    /// Pooled HTTP/2 upstream connections (pooled mode).
+    pub pooled: std::sync::Arc<super::pool::Pool>,
 }
 
 impl Shared {

@@ -19,7 +19,7 @@ use super::{
     shared::{describe, foreign, owned_meta},
     workload::{ProxyObjects, SteeringObjects, WorkloadError},
 };
-use crate::api::{ControlPlaneIngress, ProxyMode};
+use crate::api::ControlPlaneIngress;
 
 /// The label a user puts on the CAPI Cluster (value: its name) so that its
 /// ClusterResourceSet selects it and no other.
@@ -109,8 +109,7 @@ pub fn cluster_resource_set(
     if !has_ca {
         return Err(CrsError::MissingCa { object });
     }
-    let reencrypt = proxy.mode == ProxyMode::Reencrypt;
-    if reencrypt && proxy.secret.is_none() {
+    if proxy.mode.terminates_tls() && proxy.secret.is_none() {
         return Err(CrsError::MissingCertificate { object });
     }
 

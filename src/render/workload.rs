@@ -171,7 +171,8 @@ pub fn inputs_from_service(
 
 /// The proxy certificate a ControlPlaneIngress needs at `now` (SANs from the
 /// cluster domain, service IP and advertise address; [`crate::pki::DEFAULT_VALIDITY`]);
-/// `None` when it needs none (proxy disabled, or not in reencrypt mode).
+/// `None` when it needs none (proxy disabled, or a mode that does not
+/// terminate TLS).
 /// The controller mints with it and checks the live one with
 /// [`crate::pki::renewal_due`].
 pub fn proxy_leaf_spec(
@@ -180,7 +181,7 @@ pub fn proxy_leaf_spec(
     now: SystemTime,
 ) -> Option<LeafSpec> {
     let spec = proxy_spec(cpi);
-    if !spec.enabled || spec.mode != ProxyMode::Reencrypt {
+    if !spec.enabled || !spec.mode.terminates_tls() {
         return None;
     }
     // An unparsable address fails validation before anything is applied.

@@ -11,6 +11,8 @@
 
 mod faults;
 mod load;
+mod pooled;
+mod pooled_kube;
 mod world;
 
 use std::{

@@ -30,6 +30,9 @@ pub enum Mode {
     Passthrough,
     /// Send a PROXY v2 header with the authority TLV, then forward bytes.
     ProxyProtocol,
+    /// Terminate TLS as `reencrypt` does, and carry the HTTP requests over
+    /// a few pooled HTTP/2 connections to the upstream.
+    Pooled,
 }
 
 impl Mode {
@@ -39,7 +42,13 @@ impl Mode {
             Mode::Reencrypt => "reencrypt",
             Mode::Passthrough => "passthrough",
             Mode::ProxyProtocol => "proxy-protocol",
+            Mode::Pooled => "pooled",
         }
+    }
+
+    /// Whether the proxy terminates the clients' TLS with `tls`.
+    pub fn terminates_tls(self) -> bool {
+        matches!(self, Mode::Reencrypt | Mode::Pooled)
     }
 }
 
@@ -102,6 +111,18 @@ pub struct RawConfig {
     /// `workerThreads` (restart-only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub worker_threads: Option<u64>,
+    /// `pool`: the pooled mode's upstream connections.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<RawPool>,
+}
+
+/// `pool`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawPool {
+    /// `maxConnections`: pooled HTTP/2 connections per proxy, at most.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<u64>,
 }
 
 /// `listen`.

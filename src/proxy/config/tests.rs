@@ -149,3 +149,32 @@ fn durations() {
         assert!(parse_duration("k", refused).is_err(), "{refused:?}");
     }
 }
+
+#[test]
+fn pooled_mode_needs_tls_and_owns_the_pool_key() {
+    let pooled = ISSUE_EXAMPLE.replace("mode: reencrypt", "mode: pooled");
+    let c = validate(parse(&pooled).unwrap()).unwrap();
+    assert_eq!(c.mode, Mode::Pooled);
+    assert_eq!(c.pool_max_connections, 4);
+    assert_eq!(validate(parse(&c.to_string()).unwrap()).unwrap(), c);
+    let two = format!("{pooled}pool: {{maxConnections: 2}}\n");
+    assert_eq!(
+        validate(parse(&two).unwrap()).unwrap().pool_max_connections,
+        2
+    );
+
+    let no_tls: String = pooled
+        .lines()
+        .filter(|l| !l.starts_with("tls:"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_eq!(err_of(&no_tls), "tls: is required in mode pooled");
+    assert_eq!(
+        err_of(&format!("{pooled}pool: {{maxConnections: 0}}\n")),
+        "pool.maxConnections: 0 is out of range 1-64"
+    );
+    assert_eq!(
+        err_of(&format!("{ISSUE_EXAMPLE}pool: {{maxConnections: 2}}\n")),
+        "pool: applies to mode pooled only, not reencrypt"
+    );
+}

@@ -28,6 +28,8 @@ pub enum Path {
     Passthrough,
     /// PROXY v2 header, then L4.
     ProxyProtocol,
+    /// Terminate TLS, carry the requests over the pooled HTTP/2 connections.
+    Pooled,
 }
 
 impl Path {
@@ -38,6 +40,7 @@ impl Path {
             Path::Reencrypt => "reencrypt",
             Path::Passthrough => "passthrough",
             Path::ProxyProtocol => "proxy-protocol",
+            Path::Pooled => "pooled",
         }
     }
 }
@@ -53,6 +56,7 @@ pub fn decide(hello: &ClientHello, passthrough_names: &[String], mode: Mode) -> 
         Mode::Reencrypt => Path::Reencrypt,
         Mode::Passthrough => Path::Passthrough,
         Mode::ProxyProtocol => Path::ProxyProtocol,
+        Mode::Pooled => Path::Pooled,
     }
 }
 

@@ -117,7 +117,7 @@ fn config_file(cpi: &ControlPlaneIngress, inputs: &WorkloadInputs) -> RawConfig 
             ca_file: Some(format!("{CONFIG_DIR}/ca.crt").into()),
             ..RawUpstream::default()
         }),
-        tls: (spec.mode == ProxyMode::Reencrypt).then(|| RawTls {
+        tls: spec.mode.terminates_tls().then(|| RawTls {
             cert_file: Some(format!("{TLS_DIR}/tls.crt").into()),
             key_file: Some(format!("{TLS_DIR}/tls.key").into()),
         }),
@@ -143,6 +143,7 @@ fn mode(mode: ProxyMode) -> Mode {
         ProxyMode::Reencrypt => Mode::Reencrypt,
         ProxyMode::Passthrough => Mode::Passthrough,
         ProxyMode::ProxyProtocol => Mode::ProxyProtocol,
+        ProxyMode::Pooled => Mode::Pooled,
     }
 }
 
@@ -193,7 +194,7 @@ pub(super) fn secret(
     spec: &ProxySpec,
     inputs: &WorkloadInputs,
 ) -> Result<Option<Secret>, WorkloadError> {
-    let (ProxyMode::Reencrypt, Some(ProxyTls { cert_pem, key_pem })) = (spec.mode, &inputs.tls)
+    let (true, Some(ProxyTls { cert_pem, key_pem })) = (spec.mode.terminates_tls(), &inputs.tls)
     else {
         return Ok(None);
     };
@@ -226,7 +227,7 @@ pub(super) fn daemon_set(
     } else {
         spec.image.clone()
     };
-    let reencrypt = spec.mode == ProxyMode::Reencrypt;
+    let reencrypt = spec.mode.terminates_tls();
     // Capabilities reach a process only as root: Kubernetes sets no ambient
     // capabilities, so a non-root user would get an empty effective set.
     // Without capabilities the proxy runs as the image's non-root user.

@@ -46,7 +46,7 @@ fn proxy_reads(cpi: &ControlPlaneIngress, inputs: &WorkloadInputs) -> proxy_conf
 
 #[test]
 fn every_mode_and_steering_renders_a_config_the_proxy_accepts() {
-    for mode in ["reencrypt", "passthrough", "proxy-protocol"] {
+    for mode in ["reencrypt", "passthrough", "proxy-protocol", "pooled"] {
         for steering in ["advertise-address", "service"] {
             let c = cpi(
                 json!({"mode": mode, "steering": steering, "upstreams": ["192.0.2.10", "2001:db8::10"]}),
@@ -72,7 +72,7 @@ fn every_mode_and_steering_renders_a_config_the_proxy_accepts() {
                 cfg.admin,
                 Some(format!("127.0.0.1:{ADMIN_PORT}").parse().unwrap())
             );
-            assert_eq!(cfg.tls.is_some(), mode == "reencrypt");
+            assert_eq!(cfg.tls.is_some(), matches!(mode, "reencrypt" | "pooled"));
             if steering == "advertise-address" {
                 assert_eq!(cfg.listen.addr, "240.0.0.1:443".parse().unwrap());
                 assert!(cfg.listen.manage_address);
@@ -233,6 +233,15 @@ fn secret_only_in_reencrypt_mode_with_a_certificate() {
     let pod = objects.daemon_set.spec.unwrap().template.spec.unwrap();
     assert_eq!(pod.volumes.unwrap().len(), 1, "no TLS volume without TLS");
     assert_eq!(proxy_spec(&passthrough).mode, ProxyMode::Passthrough);
+
+    // Pooled mode terminates the pods' TLS too: the same Secret and mount,
+    // and a leaf to mint.
+    let pooled = cpi(json!({"mode": "pooled"}), json!({}));
+    let objects = proxy(&pooled, &inputs()).unwrap().unwrap();
+    assert!(objects.secret.is_some());
+    let pod = objects.daemon_set.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pod.volumes.unwrap().len(), 2, "config and TLS volumes");
+    assert!(proxy_leaf_spec(&pooled, &inputs(), std::time::SystemTime::now()).is_some());
 }
 
 #[test]
