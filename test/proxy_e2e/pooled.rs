@@ -286,17 +286,35 @@ fn losing_the_ingress_of_the_pooled_connection_moves_requests_to_another() {
         w.metric("hcp_proxy_pool_upstream_connections_opened_total"),
         1.0
     );
-    // The ingress instance the pooled connection goes through dies: the
-    // proxy logs which one it is.
-    let opened = w
-        .log("proxy")
+    // The ingress instance the pooled connection goes through dies. Its
+    // socket is the one still there after another round of requests (a
+    // health check's lives for a handshake).
+    let node = w.node.clone();
+    let sockets = || -> std::collections::BTreeSet<String> {
+        world::run(&[
+            "ip",
+            "netns",
+            "exec",
+            &node,
+            "ss",
+            "-Htn",
+            "state",
+            "established",
+            "dport",
+            "=",
+            ":443",
+        ])
         .lines()
-        .find(|l| l.contains("pooled upstream connection opened"))
-        .map(str::to_string)
-        .expect("the proxy logs the pooled connection");
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+    };
+    let before = sockets();
+    assert!(ok(&w));
+    let kept: Vec<String> = sockets().intersection(&before).cloned().collect();
+    assert_eq!(kept.len(), 1, "one long-lived upstream socket: {kept:?}");
     let through = (0..2)
-        .find(|&i| opened.contains(&format!("{}:443", INGRESS[i])))
-        .unwrap_or_else(|| panic!("no ingress address in {opened}"));
+        .find(|&i| kept[0].contains(&format!("{}:443", INGRESS[i])))
+        .unwrap_or_else(|| panic!("no ingress address in {kept:?}"));
     w.signal(&format!("ingress{through}"), "KILL");
     w.eventually("the pooled connection is gone", || {
         w.metric("hcp_proxy_pool_upstream_connections") == 0.0
