@@ -287,34 +287,42 @@ fn losing_the_ingress_of_the_pooled_connection_moves_requests_to_another() {
         1.0
     );
     // The ingress instance the pooled connection goes through dies. Its
-    // socket is the one still there after another round of requests (a
-    // health check's lives for a handshake).
+    // socket is the upstream one that carried the responses (megabytes; a
+    // health check's carries a handshake).
     let node = w.node.clone();
-    let sockets = || -> std::collections::BTreeSet<String> {
-        world::run(&[
-            "ip",
-            "netns",
-            "exec",
-            &node,
-            "ss",
-            "-Htn",
-            "state",
-            "established",
-            "dport",
-            "=",
-            ":443",
-        ])
-        .lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-        .collect()
-    };
-    let before = sockets();
-    assert!(ok(&w));
-    let kept: Vec<String> = sockets().intersection(&before).cloned().collect();
-    assert_eq!(kept.len(), 1, "one long-lived upstream socket: {kept:?}");
+    let ss = world::run(&[
+        "ip",
+        "netns",
+        "exec",
+        &node,
+        "ss",
+        "-Htni",
+        "state",
+        "established",
+        "dport",
+        "=",
+        ":443",
+    ]);
+    let mut sockets: Vec<(u64, String)> = Vec::new();
+    for line in ss.lines() {
+        match line
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix("bytes_received:"))
+        {
+            Some(n) => {
+                if let Some(last) = sockets.last_mut() {
+                    last.0 = n.parse().unwrap();
+                }
+            }
+            None if !line.starts_with(char::is_whitespace) => sockets.push((0, line.to_string())),
+            None => {}
+        }
+    }
+    let (received, busiest) = sockets.iter().max().cloned().expect("upstream sockets");
+    assert!(received > 1_000_000, "{ss}");
     let through = (0..2)
-        .find(|&i| kept[0].contains(&format!("{}:443", INGRESS[i])))
-        .unwrap_or_else(|| panic!("no ingress address in {kept:?}"));
+        .find(|&i| busiest.contains(&format!("{}:443", INGRESS[i])))
+        .unwrap_or_else(|| panic!("no ingress address in {busiest}"));
     w.signal(&format!("ingress{through}"), "KILL");
     w.eventually("the pooled connection is gone", || {
         w.metric("hcp_proxy_pool_upstream_connections") == 0.0
