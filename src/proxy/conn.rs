@@ -4,6 +4,7 @@
 
 mod dial;
 mod hello;
+mod pooled;
 
 use std::{io, net::SocketAddr, sync::Arc, time::Duration};
 
@@ -22,8 +23,7 @@ pub use hello::{Path, Rewind, decide};
 
 use super::{
     copy::{CopyEnd, CopyError, Side, copy_bidirectional},
-    metrics::{BytesLabel, Metrics, PathLabel},
-    pool,
+    metrics::{BytesLabel, PathLabel},
     state::{Shared, State},
 };
 
@@ -164,8 +164,9 @@ pub async fn handle(shared: Arc<Shared>, mut client: TcpStream, peer: SocketAddr
         Path::Pooled => {
             drop((up_bytes, down_bytes));
             // Boxed for the same reason as reencrypt.
-            Box::pin(pooled(
-                shared.clone(),
+            let (shared, state) = (shared.clone(), state.clone());
+            Box::pin(pooled::serve(
+                shared,
                 state,
                 client,
                 peer,
@@ -173,92 +174,6 @@ pub async fn handle(shared: Arc<Shared>, mut client: TcpStream, peer: SocketAddr
                 deadline,
             ))
             .await;
-        }
-    }
-}
-
-/// Reaches the upstream for the pooled mode: TLS with the given ALPN, with
-/// the failover, balancing and health marking of every other path.
-struct Dialer {
-    shared: Arc<Shared>,
-    state: Arc<State>,
-}
-
-impl pool::Dial for Dialer {
-    fn dial(
-        &self,
-        alpn: &'static [u8],
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<pool::Dialed>> + Send>> {
-        let (shared, state) = (self.shared.clone(), self.state.clone());
-        Box::pin(async move {
-            let (io, guard) = connect_tls(&shared, &state, &[alpn.to_vec()]).await?;
-            Some(pool::Dialed {
-                io,
-                hold: Box::new(guard),
-            })
-        })
-    }
-}
-
-/// Pooled path: finish the client's handshake offering h2 and http/1.1,
-/// then serve its requests over the node's pooled upstream connections.
-async fn pooled(
-    shared: Arc<Shared>,
-    state: Arc<State>,
-    client: TcpStream,
-    peer: SocketAddr,
-    hello_bytes: Vec<u8>,
-    deadline: Instant,
-) {
-    let Some(base) = state.tls.server_for(None) else {
-        return;
-    };
-    let server_cfg = shared.pooled.serving_config(&base);
-    let m = &shared.metrics;
-    let Some(down) = accept_client(m, server_cfg, client, peer, hello_bytes, deadline).await else {
-        return;
-    };
-    let alpn = down.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
-    let ctx = pool::Ctx {
-        pool: shared.pooled.clone(),
-        epoch: Arc::as_ptr(&state) as usize,
-        max_connections: state.cfg.pool_max_connections,
-        authority: state.cfg.upstream.server_name.as_str().into(),
-        idle: state.cfg.timeouts.idle,
-        dial: Arc::new(Dialer {
-            shared: shared.clone(),
-            state,
-        }),
-    };
-    pool::serve(down, alpn, ctx).await;
-}
-
-/// Finish the client's TLS handshake (its ClientHello already read) by
-/// `deadline`, at least a second from now; failures are counted.
-async fn accept_client(
-    m: &Metrics,
-    server_cfg: Arc<rustls::ServerConfig>,
-    client: TcpStream,
-    peer: SocketAddr,
-    hello_bytes: Vec<u8>,
-    deadline: Instant,
-) -> Option<tokio_rustls::server::TlsStream<Rewind<TcpStream>>> {
-    let accept = TlsAcceptor::from(server_cfg).accept(Rewind::new(client, hello_bytes));
-    match tokio::time::timeout_at(
-        deadline.max(Instant::now() + Duration::from_secs(1)),
-        accept,
-    )
-    .await
-    {
-        Ok(Ok(s)) => Some(s),
-        Ok(Err(e)) => {
-            m.handshake_error("tls");
-            debug!(%peer, error = %e, "client TLS handshake failed");
-            None
-        }
-        Err(_) => {
-            m.handshake_error("timeout");
-            None
         }
     }
 }
@@ -291,9 +206,23 @@ async fn reencrypt(
     let Some(server_cfg) = state.tls.server_for(chosen.as_deref()) else {
         return;
     };
-    let Some(mut down) = accept_client(m, server_cfg, client, peer, hello_bytes, deadline).await
-    else {
-        return;
+    let accept = TlsAcceptor::from(server_cfg).accept(Rewind::new(client, hello_bytes));
+    let mut down = match tokio::time::timeout_at(
+        deadline.max(Instant::now() + Duration::from_secs(1)),
+        accept,
+    )
+    .await
+    {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            m.handshake_error("tls");
+            debug!(%peer, error = %e, "client TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            m.handshake_error("timeout");
+            return;
+        }
     };
     let r = copy_bidirectional(&mut down, &mut up, io.up, io.down, state.cfg.timeouts.idle).await;
     copy_ended(shared, peer, r);

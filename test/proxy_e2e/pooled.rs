@@ -286,17 +286,43 @@ fn losing_the_ingress_of_the_pooled_connection_moves_requests_to_another() {
         w.metric("hcp_proxy_pool_upstream_connections_opened_total"),
         1.0
     );
-    // The ingress instance the pooled connection goes through dies: the
-    // proxy logs which one it is.
-    let opened = w
-        .log("proxy")
-        .lines()
-        .find(|l| l.contains("pooled upstream connection opened"))
-        .map(str::to_string)
-        .expect("the proxy logs the pooled connection");
+    // The ingress instance the pooled connection goes through dies. Its
+    // socket is the upstream one that carried the responses (megabytes; a
+    // health check's carries a handshake).
+    let node = w.node.clone();
+    let ss = world::run(&[
+        "ip",
+        "netns",
+        "exec",
+        &node,
+        "ss",
+        "-Htni",
+        "state",
+        "established",
+        "dport",
+        "=",
+        ":443",
+    ]);
+    let mut sockets: Vec<(u64, String)> = Vec::new();
+    for line in ss.lines() {
+        match line
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix("bytes_received:"))
+        {
+            Some(n) => {
+                if let Some(last) = sockets.last_mut() {
+                    last.0 = n.parse().unwrap();
+                }
+            }
+            None if !line.starts_with(char::is_whitespace) => sockets.push((0, line.to_string())),
+            None => {}
+        }
+    }
+    let (received, busiest) = sockets.iter().max().cloned().expect("upstream sockets");
+    assert!(received > 1_000_000, "{ss}");
     let through = (0..2)
-        .find(|&i| opened.contains(&format!("{}:443", INGRESS[i])))
-        .unwrap_or_else(|| panic!("no ingress address in {opened}"));
+        .find(|&i| busiest.contains(&format!("{}:443", INGRESS[i])))
+        .unwrap_or_else(|| panic!("no ingress address in {busiest}"));
     w.signal(&format!("ingress{through}"), "KILL");
     w.eventually("the pooled connection is gone", || {
         w.metric("hcp_proxy_pool_upstream_connections") == 0.0

@@ -39,9 +39,9 @@ pub async fn forward(
     metrics: &PoolMetrics,
     fallback: &str,
 ) -> Result<Response<Body>, PoolError> {
-    let Dialed { io, hold } = dial.dial(HTTP11).await.ok_or(PoolError::Unreachable)?;
+    let Dialed { io, alpn, hold, .. } = dial.dial(HTTP11).await.ok_or(PoolError::Unreachable)?;
     // No ALPN is fine (HTTP/1.1 is the default); h2 is not.
-    if io.get_ref().1.alpn_protocol() == Some(H2) {
+    if alpn.as_deref() == Some(H2) {
         return Err(PoolError::Alpn("http/1.1"));
     }
     metrics.dedicated.inc();

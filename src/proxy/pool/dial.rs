@@ -1,12 +1,11 @@
 //! What the pooled mode's parts share: the upstream they reach through a
 //! [`Dial`], the body type of the responses they return, and their errors.
 
-use std::{any::Any, future::Future, pin::Pin};
+use std::{any::Any, future::Future, net::SocketAddr, pin::Pin};
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
-use tokio::net::TcpStream;
-use tokio_rustls::client::TlsStream;
+use tokio::io::{AsyncRead, AsyncWrite};
 
 /// ALPN of the pooled upstream connections.
 pub const H2: &[u8] = b"h2";
@@ -41,11 +40,20 @@ pub enum PoolError {
 /// An upstream connection, verified TLS, with whatever must live as long as
 /// it does (the balancer's count of connections on its address).
 pub struct Dialed {
-    /// The TLS stream (ALPN as asked).
-    pub io: TlsStream<TcpStream>,
+    /// The TLS stream, whatever TLS implementation the caller uses.
+    pub io: Box<dyn Upstream>,
+    /// The ALPN protocol the upstream selected.
+    pub alpn: Option<Vec<u8>>,
+    /// The upstream address, for logs.
+    pub peer: Option<SocketAddr>,
     /// Dropped when the connection ends.
     pub hold: Box<dyn Any + Send + Sync>,
 }
+
+/// A byte stream to the upstream.
+pub trait Upstream: AsyncRead + AsyncWrite + Unpin + Send {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Upstream for T {}
 
 /// Reaches the upstream: TCP, then TLS with SNI = the API host, ALPN `alpn`,
 /// verified against the cluster CA (the caller's failover and health

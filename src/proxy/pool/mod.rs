@@ -30,7 +30,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::debug;
 
-pub use dial::{Body, BoxError, Dial, Dialed, H2, HTTP11, PoolError};
+pub use dial::{Body, BoxError, Dial, Dialed, H2, HTTP11, PoolError, Upstream};
 pub use metrics::PoolMetrics;
 pub use upstream::Pool;
 

@@ -209,11 +209,15 @@ impl Pool {
     /// Dial, TLS with ALPN h2, HTTP/2 handshake; the connection's driver
     /// runs in its own task and marks it closed when it ends.
     async fn open(&self, epoch: usize, dial: &dyn Dial) -> Result<Arc<Conn>, PoolError> {
-        let Dialed { io, hold } = dial.dial(H2).await.ok_or(PoolError::Unreachable)?;
-        if io.get_ref().1.alpn_protocol() != Some(H2) {
+        let Dialed {
+            io,
+            alpn,
+            peer: upstream,
+            hold,
+        } = dial.dial(H2).await.ok_or(PoolError::Unreachable)?;
+        if alpn.as_deref() != Some(H2) {
             return Err(PoolError::Alpn("h2"));
         }
-        let upstream = io.get_ref().0.peer_addr().ok();
         let (send, connection) = h2::client::Builder::new()
             .initial_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)

@@ -1,0 +1,84 @@
+//! The pooled path of a connection: finish the pod's TLS handshake offering
+//! `h2` and `http/1.1`, then hand the stream to [`crate::proxy::pool`] with
+//! a [`pool::Dial`] that reaches the upstream the way every other path does
+//! (failover, balancing, health marking).
+
+use std::{future::Future, net::SocketAddr, pin::Pin, sync::Arc, time::Duration};
+
+use tokio::{net::TcpStream, time::Instant};
+use tokio_rustls::TlsAcceptor;
+use tracing::debug;
+
+use super::{dial::connect_tls, hello::Rewind};
+use crate::proxy::{
+    pool,
+    state::{Shared, State},
+};
+
+/// Reaches the upstream for the pool: TLS with the given ALPN.
+struct Dialer {
+    shared: Arc<Shared>,
+    state: Arc<State>,
+}
+
+impl pool::Dial for Dialer {
+    fn dial(
+        &self,
+        alpn: &'static [u8],
+    ) -> Pin<Box<dyn Future<Output = Option<pool::Dialed>> + Send>> {
+        let (shared, state) = (self.shared.clone(), self.state.clone());
+        Box::pin(async move {
+            let (io, guard) = connect_tls(&shared, &state, &[alpn.to_vec()]).await?;
+            let (tcp, tls) = io.get_ref();
+            Some(pool::Dialed {
+                alpn: tls.alpn_protocol().map(<[u8]>::to_vec),
+                peer: tcp.peer_addr().ok(),
+                io: Box::new(io),
+                hold: Box::new(guard),
+            })
+        })
+    }
+}
+
+/// Serve one pod connection whose ClientHello (`hello_bytes`) was read.
+pub(super) async fn serve(
+    shared: Arc<Shared>,
+    state: Arc<State>,
+    client: TcpStream,
+    peer: SocketAddr,
+    hello_bytes: Vec<u8>,
+    deadline: Instant,
+) {
+    let m = &shared.metrics;
+    let Some(base) = state.tls.server_for(None) else {
+        return;
+    };
+    let server_cfg = shared.pooled.serving_config(&base);
+    let accept = TlsAcceptor::from(server_cfg).accept(Rewind::new(client, hello_bytes));
+    let deadline = deadline.max(Instant::now() + Duration::from_secs(1));
+    let down = match tokio::time::timeout_at(deadline, accept).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            m.handshake_error("tls");
+            debug!(%peer, error = %e, "client TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            m.handshake_error("timeout");
+            return;
+        }
+    };
+    let alpn = down.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+    let ctx = pool::Ctx {
+        pool: shared.pooled.clone(),
+        epoch: Arc::as_ptr(&state) as usize,
+        max_connections: state.cfg.pool_max_connections,
+        authority: state.cfg.upstream.server_name.as_str().into(),
+        idle: state.cfg.timeouts.idle,
+        dial: Arc::new(Dialer {
+            shared: shared.clone(),
+            state,
+        }),
+    };
+    pool::serve(down, alpn, ctx).await;
+}
