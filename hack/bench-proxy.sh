@@ -6,7 +6,7 @@
 #
 #   reencrypt (no SNI, as pods dial the service IP):
 #     127.0.0.2:7443 HAProxy, k0smotron's sidecar config, RSA-2048 leaf (THE anchor)
-#     127.0.0.2:7444 HAProxy, same config, ECDSA P-256 leaf
+#     127.0.0.2:7444 HAProxy, same config, ECDSA P-256 leaf (ECDSA_ANCHOR=1)
 #     127.0.0.3:7443 hcp-ingress proxy, ECDSA P-256 leaf
 #   passthrough (SNI = apiHost, client certificate end to end):
 #     127.0.0.2:7445 HAProxy mode tcp (k0smotron's config would terminate
@@ -28,7 +28,8 @@
 # processes), idle RSS; and the rates. Needs loopback only; packages:
 # haproxy nginx wrk openssl python3 curl (see .ci/run).
 #
-# Env: DURATION (s per run, default 3), REPS (default 3), CONNS (default 50),
+# Env: DURATION (s per run, default 2), REPS (default 3), CONNS (default 50),
+#      ECDSA_ANCHOR=1 (also HAProxy with our ECDSA leaf on the reencrypt path),
 #      IDLE (idle connections, default 1000), PROXY_THREADS (default 1),
 #      HCP_INGRESS (binary; default: cargo build --profile $PROFILE),
 #      PROFILE (default release; `load` builds in minutes, not tens),
@@ -36,6 +37,7 @@
 #      first in the same run, 127.0.0.4:7443: A/B of a change),
 #      PROXY_EXTRA (YAML lines appended to every proxy config, for experiments),
 #      PATHS (default "reencrypt passthrough proxyv2"),
+#      NET (default 127.0.0: the rig's addresses are $NET.1 to $NET.4),
 #      UPSTREAM_TLS13=1 (tenants speak TLS 1.3 as a Go API server does;
 #      Debian's nginx 1.22 defaults to TLS 1.2, whose resumption needs no
 #      key exchange),
@@ -49,7 +51,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DURATION=${DURATION:-3}
+DURATION=${DURATION:-2}
 REPS=${REPS:-3}
 CONNS=${CONNS:-50}
 IDLE=${IDLE:-1000}
@@ -57,6 +59,9 @@ PROXY_THREADS=${PROXY_THREADS:-1}
 PROFILE=${PROFILE:-release}
 PATHS=${PATHS:-reencrypt passthrough proxyv2}
 API=api.tenant-a.example.com
+# Every address of the rig is $NET.1-4 (all of 127/8 is local): another rig
+# running at the same time on the machine needs another NET.
+NET=${NET:-127.0.0}
 
 for bin in haproxy nginx wrk openssl python3 curl; do
   command -v "$bin" >/dev/null || { echo "error: $bin is required (apt-get install -y haproxy nginx wrk openssl python3 curl)" >&2; exit 1; }
@@ -85,8 +90,8 @@ trap cleanup EXIT
   ca "bench cluster CA"
   leaf tenant-a rsa:2048 "" "DNS:$API"
   leaf tenant-b rsa:2048 "" "DNS:api.tenant-b.example.com"
-  leaf k0s-rsa rsa:2048 "" "DNS:kubernetes.default.svc,IP:127.0.0.2,IP:127.0.0.3,IP:10.96.0.1"
-  leaf ecdsa ec "-pkeyopt ec_paramgen_curve:P-256" "DNS:kubernetes.default.svc,IP:127.0.0.2,IP:127.0.0.3,IP:127.0.0.4,IP:10.96.0.1"
+  leaf k0s-rsa rsa:2048 "" "DNS:kubernetes.default.svc,IP:$NET.2,IP:$NET.3,IP:10.96.0.1"
+  leaf ecdsa ec "-pkeyopt ec_paramgen_curve:P-256" "DNS:kubernetes.default.svc,IP:$NET.2,IP:$NET.3,IP:$NET.4,IP:10.96.0.1"
   leaf client ec "-pkeyopt ec_paramgen_curve:P-256" "DNS:bench-client" clientAuth
   chmod 644 ./*
 )
@@ -112,14 +117,14 @@ http {
   $([ "${UPSTREAM_TLS13:-}" = 1 ] && echo "ssl_protocols TLSv1.2 TLSv1.3;")
   default_type application/json;
   server {
-    listen 127.0.0.1:9001 ssl;
+    listen $NET.1:9001 ssl;
     ssl_certificate $W/tenant-a.crt; ssl_certificate_key $W/tenant-a.key;
     ssl_client_certificate $W/ca.crt; ssl_verify_client optional;
     add_header X-Client-DN \$ssl_client_s_dn always;
     location / { return 200 '$BODY'; }
   }
   server {
-    listen 127.0.0.1:9002 ssl;
+    listen $NET.1:9002 ssl;
     ssl_certificate $W/tenant-b.crt; ssl_certificate_key $W/tenant-b.key;
     location / { return 200 '{"tenant":"b"}'; }
   }
@@ -140,19 +145,19 @@ defaults
   timeout client 5m
   timeout server 5m
 frontend ingress
-  bind 127.0.0.1:8443
+  bind $NET.1:8443
   tcp-request inspect-delay 5s
   tcp-request content accept if { req.ssl_hello_type 1 }
   use_backend tenant_a if { req.ssl_sni -i $API }
   use_backend tenant_b if { req.ssl_sni -i api.tenant-b.example.com }
 frontend ingress_pp
-  bind 127.0.0.1:8444 accept-proxy
+  bind $NET.1:8444 accept-proxy
   use_backend tenant_b if { fc_pp_authority -i api.tenant-b.example.com }
   default_backend tenant_a
 backend tenant_a
-  server a 127.0.0.1:9001
+  server a $NET.1:9001
 backend tenant_b
-  server b 127.0.0.1:9002
+  server b $NET.1:9002
 EOF
 haproxy -db -f "$W/ingress.cfg" & PIDS+=($!)
 
@@ -169,7 +174,7 @@ defaults
   timeout client 5m
   timeout server 5m
 frontend kubeapi_front
-    bind 127.0.0.2:$2 v4v6 $3
+    bind $NET.2:$2 v4v6 $3
     mode tcp
     default_backend kubeapi_back
 backend kubeapi_back
@@ -179,25 +184,25 @@ EOF
   haproxy -db -f "$W/hap-$1.cfg" & PIDS+=($!)
   eval "HAP_$1=$!"
 }
-hap k0s 7443 "ssl crt $W/k0s-rsa.pem" "server kube_api 127.0.0.1:8443 ssl verify required ca-file $W/ca.crt sni str($API)"
-hap ecdsa 7444 "ssl crt $W/ecdsa.pem" "server kube_api 127.0.0.1:8443 ssl verify required ca-file $W/ca.crt sni str($API)"
-hap l4 7445 "" "server kube_api 127.0.0.1:8443"
-hap pp 7446 "" "server kube_api 127.0.0.1:8444 send-proxy-v2"
+hap k0s 7443 "ssl crt $W/k0s-rsa.pem" "server kube_api $NET.1:8443 ssl verify required ca-file $W/ca.crt sni str($API)"
+hap ecdsa 7444 "ssl crt $W/ecdsa.pem" "server kube_api $NET.1:8443 ssl verify required ca-file $W/ca.crt sni str($API)"
+hap l4 7445 "" "server kube_api $NET.1:8443"
+hap pp 7446 "" "server kube_api $NET.1:8444 send-proxy-v2"
 
 # --- the proxy under test: one process per path, so that each path's
 # memory is measured on a fresh process (freed memory of one measurement
 # would otherwise be reused and hide the next one's growth).
 ours() { # name port mode upstream-port admin-port [address binary]
   cat > "$W/ours-$1.yaml" <<EOF
-listen: {address: ${6:-127.0.0.3}, port: $2}
+listen: {address: ${6:-$NET.3}, port: $2}
 mode: $3
 upstream:
   serverName: $API
   port: $4
-  addresses: ["127.0.0.1"]
+  addresses: ["$NET.1"]
   caFile: $W/ca.crt
 tls: {certFile: $W/ecdsa.crt, keyFile: $W/ecdsa.key}
-admin: {address: "${6:-127.0.0.3}:$5"}
+admin: {address: "${6:-$NET.3}:$5"}
 limits: {maxConnections: 9000}
 log: {level: warn}
 workerThreads: $PROXY_THREADS
@@ -213,21 +218,21 @@ ours sni 7445 reencrypt 8443 9446
 ours pp 7446 proxy-protocol 8444 9447
 OURS_re_b=""
 if [ -n "${HCP_INGRESS_B:-}" ]; then
-  ours re_b 7443 reencrypt 8443 9448 127.0.0.4 "$HCP_INGRESS_B"
+  ours re_b 7443 reencrypt 8443 9448 $NET.4 "$HCP_INGRESS_B"
 fi
 
 wait_ok() { # url [curl args]
   for _ in $(seq 1 300); do curl -ksf -o /dev/null "$@" && return 0; sleep 0.1; done
   echo "error: $1 never answered" >&2; exit 1
 }
-wait_ok https://127.0.0.1:9001/
-for p in 9445 9446 9447; do wait_ok "http://127.0.0.3:$p/readyz"; done
-[ -z "$OURS_re_b" ] || wait_ok http://127.0.0.4:9448/readyz
-for a in 127.0.0.2:7443 127.0.0.2:7444 127.0.0.3:7443 127.0.0.2:7446 127.0.0.3:7446; do wait_ok "https://$a/"; done
-for ip in 127.0.0.2 127.0.0.3; do wait_ok "https://$API:7445/" --resolve "$API:7445:$ip"; done
+wait_ok https://$NET.1:9001/
+for p in 9445 9446 9447; do wait_ok "http://$NET.3:$p/readyz"; done
+[ -z "$OURS_re_b" ] || wait_ok http://$NET.4:9448/readyz
+for a in $NET.2:7443 $NET.2:7444 $NET.3:7443 $NET.2:7446 $NET.3:7446; do wait_ok "https://$a/"; done
+for ip in $NET.2 $NET.3; do wait_ok "https://$API:7445/" --resolve "$API:7445:$ip"; done
 # The passthrough path carries the client certificate to the tenant.
 DN=$(curl -ks -D - -o /dev/null --cert "$W/client.crt" --key "$W/client.key" \
-  --resolve "$API:7445:127.0.0.3" "https://$API:7445/" | tr -d '\r' | awk -F': ' 'tolower($1)=="x-client-dn" {print $2}')
+  --resolve "$API:7445:$NET.3" "https://$API:7445/" | tr -d '\r' | awk -F': ' 'tolower($1)=="x-client-dn" {print $2}')
 [ "$DN" = "CN=client" ] || { echo "error: the client certificate did not pass through (X-Client-DN: '$DN')" >&2; exit 1; }
 
 rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }  # KiB
@@ -246,14 +251,16 @@ put() { echo "$1 $2" >> "$R"; }
 declare -A PID_OF URL SNI_AT
 PID_OF=([direct]=$NGINX_PID [hap_k0s]=$HAP_k0s [hap_ecdsa]=$HAP_ecdsa [ours_re]=$OURS_re
         [hap_l4]=$HAP_l4 [ours_sni]=$OURS_sni [hap_pp]=$HAP_pp [ours_pp]=$OURS_pp [ours_re_b]=$OURS_re_b)
-URL=([direct]=https://127.0.0.1:9001/ [hap_k0s]=https://127.0.0.2:7443/ [hap_ecdsa]=https://127.0.0.2:7444/
-     [ours_re]=https://127.0.0.3:7443/ [hap_l4]=https://$API:7445/ [ours_sni]=https://$API:7445/
-     [hap_pp]=https://127.0.0.2:7446/ [ours_pp]=https://127.0.0.3:7446/ [ours_re_b]=https://127.0.0.4:7443/)
-SNI_AT=([hap_l4]=127.0.0.2 [ours_sni]=127.0.0.3)
+URL=([direct]=https://$NET.1:9001/ [hap_k0s]=https://$NET.2:7443/ [hap_ecdsa]=https://$NET.2:7444/
+     [ours_re]=https://$NET.3:7443/ [hap_l4]=https://$API:7445/ [ours_sni]=https://$API:7445/
+     [hap_pp]=https://$NET.2:7446/ [ours_pp]=https://$NET.3:7446/ [ours_re_b]=https://$NET.4:7443/)
+SNI_AT=([hap_l4]=$NET.2 [ours_sni]=$NET.3)
 TARGETS=(direct)
 for p in $PATHS; do
   case $p in
-    reencrypt) TARGETS+=(hap_k0s hap_ecdsa ours_re); [ -z "$OURS_re_b" ] || TARGETS+=(ours_re_b) ;;
+    reencrypt) TARGETS+=(hap_k0s ours_re)
+      [ "${ECDSA_ANCHOR:-}" != 1 ] || TARGETS+=(hap_ecdsa)
+      [ -z "$OURS_re_b" ] || TARGETS+=(ours_re_b) ;;
     passthrough) TARGETS+=(hap_l4 ours_sni) ;;
     proxyv2) TARGETS+=(hap_pp ours_pp) ;;
     *) echo "error: unknown path $p (reencrypt passthrough proxyv2)" >&2; exit 1 ;;
@@ -287,17 +294,17 @@ idle_delta() { # pid host port [idle_conns.py args]
 if [ "${ONLY:-}" != lat ]; then
   CLIENT_CERT=(--cert "$W/client.crt" --key "$W/client.key")
   if has ours_re; then
-    put idle_conn.ours_re "$(idle_delta "$OURS_re" 127.0.0.3 7443)"
-    has ours_re_b && put idle_conn.ours_re_b "$(idle_delta "$OURS_re_b" 127.0.0.4 7443)"
-    put idle_conn.hap_k0s "$(idle_delta "$HAP_k0s" 127.0.0.2 7443)"
+    put idle_conn.ours_re "$(idle_delta "$OURS_re" $NET.3 7443)"
+    has ours_re_b && put idle_conn.ours_re_b "$(idle_delta "$OURS_re_b" $NET.4 7443)"
+    put idle_conn.hap_k0s "$(idle_delta "$HAP_k0s" $NET.2 7443)"
   fi
   if has ours_sni; then
-    put idle_conn.ours_sni "$(idle_delta "$OURS_sni" 127.0.0.3 7445 --sni "$API" "${CLIENT_CERT[@]}")"
-    put idle_conn.hap_l4 "$(idle_delta "$HAP_l4" 127.0.0.2 7445 --sni "$API" "${CLIENT_CERT[@]}")"
+    put idle_conn.ours_sni "$(idle_delta "$OURS_sni" $NET.3 7445 --sni "$API" "${CLIENT_CERT[@]}")"
+    put idle_conn.hap_l4 "$(idle_delta "$HAP_l4" $NET.2 7445 --sni "$API" "${CLIENT_CERT[@]}")"
   fi
   if has ours_pp; then
-    put idle_conn.ours_pp "$(idle_delta "$OURS_pp" 127.0.0.3 7446 --no-check-hostname)"
-    put idle_conn.hap_pp "$(idle_delta "$HAP_pp" 127.0.0.2 7446 --no-check-hostname)"
+    put idle_conn.ours_pp "$(idle_delta "$OURS_pp" $NET.3 7446 --no-check-hostname)"
+    put idle_conn.hap_pp "$(idle_delta "$HAP_pp" $NET.2 7446 --no-check-hostname)"
   fi
 fi
 
@@ -346,7 +353,7 @@ for t in "${TARGETS[@]}"; do
 done
 # Does the reencrypt path's upstream TLS resume? Its counter says.
 if has ours_re; then
-  curl -s http://127.0.0.3:9445/metrics | awk '/^hcp_proxy_upstream_tls_handshakes_total/ {
+  curl -s http://$NET.3:9445/metrics | awk '/^hcp_proxy_upstream_tls_handshakes_total/ {
     k=$1; sub(/.*kind="/, "", k); sub(/".*/, "", k); print "handshakes_" k ".ours_re", $2}' >> "$R"
 fi
 
