@@ -331,6 +331,7 @@ mod size_tests {
         let shared = shared();
         let f = super::handle(shared.clone(), s, a);
         let size = std::mem::size_of_val(&f);
+        eprintln!("connection future {size} B");
         assert!(size <= 1024, "connection future is {size} bytes");
         drop(f);
 
