@@ -719,6 +719,52 @@ mod tests {
         server.await.unwrap();
     }
 
+    /// With tickets issued one per handshake (as Go's TLS stack does), the
+    /// proxy's session store keeps enough of them that connections opened
+    /// together all resume, not only the first eight.
+    #[tokio::test]
+    async fn concurrent_upstream_connections_all_resume() {
+        let (server_cfg, client_cfg) = configs();
+        let mut server_cfg = (*server_cfg).clone();
+        server_cfg.send_tls13_tickets = 1;
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_cfg));
+        let mut client_cfg = (*client_cfg).clone();
+        client_cfg.resumption =
+            rustls::client::Resumption::store(Arc::new(crate::proxy::tls::SessionStore::default()));
+        let client_cfg = Arc::new(client_cfg);
+        let round = |n: usize| {
+            let (acceptor, client_cfg) = (acceptor.clone(), client_cfg.clone());
+            async move {
+                let mut open = Vec::new();
+                for _ in 0..n {
+                    let (c, s) = pair().await;
+                    let acceptor = acceptor.clone();
+                    tokio::spawn(async move {
+                        let mut t = acceptor.accept(s).await.unwrap();
+                        t.write_all(b"pong").await.unwrap();
+                        let mut rest = Vec::new();
+                        let _ = t.read_to_end(&mut rest).await;
+                    });
+                    open.push(ClientTls::connect(client_cfg.clone(), name(), c));
+                }
+                let mut conns = futures::future::try_join_all(open).await.unwrap();
+                let mut resumed = 0;
+                for t in &mut conns {
+                    let mut buf = [0u8; 4];
+                    t.read_exact(&mut buf).await.unwrap();
+                    resumed += usize::from(
+                        t.conn().handshake_kind() == Some(rustls::HandshakeKind::Resumed),
+                    );
+                }
+                resumed
+            }
+        };
+        // rustls's own memory cache resumes 8 of these 20 (its stock per
+        // server), ours all of them.
+        assert_eq!(round(20).await, 0);
+        assert_eq!(round(20).await, 20);
+    }
+
     /// A TCP close without close_notify is an error (truncation), not EOF;
     /// a client that is not TLS fails the handshake.
     #[tokio::test]
