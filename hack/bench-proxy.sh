@@ -1,42 +1,74 @@
 #!/usr/bin/env bash
-# Benchmark `hcp-ingress proxy` against its anchor, HAProxy running
-# k0smotron's sidecar config, in ONE run on the same machine, against the same
-# tenant stand-ins and shared ingress (rig of ../shared/PERF.md), all on
-# loopback:
+# Benchmark `hcp-ingress proxy` against its anchor, HAProxy, in ONE run on
+# the same machine, against the same tenant stand-ins and shared ingress
+# (rig of ../shared/PERF.md), all on loopback. Three paths, each next to the
+# HAProxy config that does the same work:
 #
-#   wrk ──> 127.0.0.2:7443 HAProxy, k0smotron config, RSA-2048 leaf (anchor)
-#       ──> 127.0.0.2:7444 HAProxy, same config, ECDSA P-256 leaf
-#       ──> 127.0.0.3:7443 hcp-ingress proxy, ECDSA P-256 leaf
-#       ──> 127.0.0.1:9001 tenant A directly ("direct", the physical limit)
+#   reencrypt (no SNI, as pods dial the service IP):
+#     127.0.0.2:7443 HAProxy, k0smotron's sidecar config, RSA-2048 leaf (THE anchor)
+#     127.0.0.2:7444 HAProxy, same config, ECDSA P-256 leaf (ECDSA_ANCHOR=1)
+#     127.0.0.3:7443 hcp-ingress proxy, ECDSA P-256 leaf
+#   passthrough (SNI = apiHost, client certificate end to end):
+#     127.0.0.2:7445 HAProxy mode tcp (k0smotron's config would terminate
+#                    the client's TLS and lose its certificate)
+#     127.0.0.3:7445 hcp-ingress proxy (the SNI is a passthrough name)
+#   PROXY v2 (no SNI, mode proxy-protocol):
+#     127.0.0.2:7446 HAProxy mode tcp, send-proxy-v2
+#     127.0.0.3:7446 hcp-ingress proxy, mode proxy-protocol
 #   every proxy ──> 127.0.0.1:8443 shared ingress (HAProxy, SNI routing)
+#                   127.0.0.1:8444 same ingress, accept-proxy (PROXY v2)
 #                     ──> 127.0.0.1:9001 / :9002 tenant stand-ins (nginx, TLS)
+#   "direct" = 127.0.0.1:9001, no proxy: the physical limit.
 #
-# Prints keep-alive req/s, new connections/s, added p50/p99 latency at c=1,
-# idle RSS and RSS per idle TLS / passthrough connection, each with its ratio
-# to the anchor. Needs root-free loopback only; packages: haproxy nginx wrk
-# openssl python3 (see .ci/run).
+# Prints, per path, ours next to HAProxy with the ratio: CPU per new TLS
+# connection and per keep-alive request (utime+stime of each proxy process
+# from /proc/PID/stat per unit of work: client, ingress and tenants share
+# the cores, so rates are capped by the rig, CPU per unit is not), added
+# p50/p99 latency at c=1, bytes per idle connection (1,000 held, fresh
+# processes), idle RSS; and the rates. Needs loopback only; packages:
+# haproxy nginx wrk openssl python3 curl (see .ci/run).
 #
-# Env: DURATION (s, default 5), REPS (default 3), CONNS (default 50),
+# Env: DURATION (s per run, default 2), REPS (default 3), CONNS (default 50),
+#      ECDSA_ANCHOR=1 (also HAProxy with our ECDSA leaf on the reencrypt path),
 #      IDLE (idle connections, default 1000), PROXY_THREADS (default 1),
-#      HCP_INGRESS (binary; default: cargo build --release),
-#      PROXY_EXTRA (YAML lines appended to the proxy config, for experiments),
-#      ONLY=lat (latency runs only: skips memory, keep-alive and new-conn).
+#      HCP_INGRESS (binary; default: cargo build --profile $PROFILE),
+#      PROFILE (default release; `load` builds in minutes, not tens),
+#      HCP_INGRESS_B (a second binary, run on the reencrypt path next to the
+#      first in the same run, 127.0.0.4:7443: A/B of a change),
+#      PROXY_EXTRA (YAML lines appended to every proxy config, for experiments),
+#      PATHS (default "reencrypt passthrough proxyv2"),
+#      NET (default 127.0.0: the rig's addresses are $NET.1 to $NET.4),
+#      UPSTREAM_TLS13=1 (tenants speak TLS 1.3 as a Go API server does;
+#      Debian's nginx 1.22 defaults to TLS 1.2, whose resumption needs no
+#      key exchange),
+#      ONLY=lat (latency runs only: skips memory, keep-alive and new-conn),
+#      ONLY=mem (memory only: skips the load runs),
+#      PROXY_WRAP (a command the reencrypt proxy runs under, e.g. valgrind),
+#      PERF_RECORD=FILE, STRACE_COUNT=FILE (perf record -g, strace -c the
+#      reencrypt proxy during the keep-alive and new-connection runs of the
+#      first repetition: FILE.ka, FILE.nc; CPU figures of those runs
+#      include the probe's overhead).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DURATION=${DURATION:-5}
+DURATION=${DURATION:-2}
 REPS=${REPS:-3}
 CONNS=${CONNS:-50}
 IDLE=${IDLE:-1000}
 PROXY_THREADS=${PROXY_THREADS:-1}
+PROFILE=${PROFILE:-release}
+PATHS=${PATHS:-reencrypt passthrough proxyv2}
 API=api.tenant-a.example.com
+# Every address of the rig is $NET.1-4 (all of 127/8 is local): another rig
+# running at the same time on the machine needs another NET.
+NET=${NET:-127.0.0}
 
 for bin in haproxy nginx wrk openssl python3 curl; do
   command -v "$bin" >/dev/null || { echo "error: $bin is required (apt-get install -y haproxy nginx wrk openssl python3 curl)" >&2; exit 1; }
 done
 if [ -z "${HCP_INGRESS:-}" ]; then
-  cargo build --release --bin hcp-ingress >&2
-  HCP_INGRESS="${CARGO_TARGET_DIR:-target}/release/hcp-ingress"
+  cargo build --profile "$PROFILE" --bin hcp-ingress >&2
+  HCP_INGRESS="${CARGO_TARGET_DIR:-target}/$PROFILE/hcp-ingress"
 fi
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
@@ -51,20 +83,22 @@ cleanup() {
 trap cleanup EXIT
 
 # --- PKI: cluster CA, tenant API certs (RSA-2048 like a kube-apiserver),
-# k0smotron's RSA-2048 proxy leaf, our ECDSA P-256 leaf.
+# k0smotron's RSA-2048 proxy leaf, our ECDSA P-256 leaf, a client cert.
 (
   . hack/bench/pki.sh
   cd "$W"
   ca "bench cluster CA"
   leaf tenant-a rsa:2048 "" "DNS:$API"
   leaf tenant-b rsa:2048 "" "DNS:api.tenant-b.example.com"
-  leaf k0s-rsa rsa:2048 "" "DNS:kubernetes.default.svc,IP:127.0.0.2,IP:127.0.0.3,IP:10.96.0.1"
-  leaf ecdsa ec "-pkeyopt ec_paramgen_curve:P-256" "DNS:kubernetes.default.svc,IP:127.0.0.2,IP:127.0.0.3,IP:10.96.0.1"
+  leaf k0s-rsa rsa:2048 "" "DNS:kubernetes.default.svc,IP:$NET.2,IP:$NET.3,IP:10.96.0.1"
+  leaf ecdsa ec "-pkeyopt ec_paramgen_curve:P-256" "DNS:kubernetes.default.svc,IP:$NET.2,IP:$NET.3,IP:$NET.4,IP:10.96.0.1"
+  leaf client ec "-pkeyopt ec_paramgen_curve:P-256" "DNS:bench-client" clientAuth
   chmod 644 ./*
 )
 
-# --- tenant stand-ins: one nginx process, ~260-byte JSON body, tickets on.
-BODY='{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","message":"tenant-a api stand-in","reason":"","details":{"name":"bench","kind":"pods"},"code":200,"padding":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}'
+# --- tenant stand-ins: one nginx process, ~260-byte JSON body, tickets on;
+# tenant A echoes the client certificate's subject.
+BODY='{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","message":"tenant-a api stand-in","reason":"","details":{"name":"bench","kind":"pods"},"code":200,"padding":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}'
 mkdir -p "$W/tmp"
 cat > "$W/backends.conf" <<EOF
 daemon off;
@@ -80,23 +114,27 @@ http {
   keepalive_timeout 300s;
   ssl_session_tickets on;
   ssl_session_cache shared:SSL:10m;
+  $([ "${UPSTREAM_TLS13:-}" = 1 ] && echo "ssl_protocols TLSv1.2 TLSv1.3;")
   default_type application/json;
   server {
-    listen 127.0.0.1:9001 ssl;
+    listen $NET.1:9001 ssl;
     ssl_certificate $W/tenant-a.crt; ssl_certificate_key $W/tenant-a.key;
     ssl_client_certificate $W/ca.crt; ssl_verify_client optional;
+    add_header X-Client-DN \$ssl_client_s_dn always;
     location / { return 200 '$BODY'; }
   }
   server {
-    listen 127.0.0.1:9002 ssl;
+    listen $NET.1:9002 ssl;
     ssl_certificate $W/tenant-b.crt; ssl_certificate_key $W/tenant-b.key;
     location / { return 200 '{"tenant":"b"}'; }
   }
 }
 EOF
 nginx -p "$W" -c "$W/backends.conf" & PIDS+=($!)
+NGINX_PID=$!
 
-# --- shared ingress: HAProxy routing by SNI, L4.
+# --- shared ingress: HAProxy routing by SNI, L4; and by the PROXY v2
+# authority TLV (HAProxy's own send-proxy-v2 sends none: default backend).
 cat > "$W/ingress.cfg" <<EOF
 global
   nbthread 1
@@ -107,94 +145,138 @@ defaults
   timeout client 5m
   timeout server 5m
 frontend ingress
-  bind 127.0.0.1:8443
+  bind $NET.1:8443
   tcp-request inspect-delay 5s
   tcp-request content accept if { req.ssl_hello_type 1 }
   use_backend tenant_a if { req.ssl_sni -i $API }
   use_backend tenant_b if { req.ssl_sni -i api.tenant-b.example.com }
+frontend ingress_pp
+  bind $NET.1:8444 accept-proxy
+  use_backend tenant_b if { fc_pp_authority -i api.tenant-b.example.com }
+  default_backend tenant_a
 backend tenant_a
-  server a 127.0.0.1:9001
+  server a $NET.1:9001
 backend tenant_b
-  server b 127.0.0.1:9002
+  server b $NET.1:9002
 EOF
 haproxy -db -f "$W/ingress.cfg" & PIDS+=($!)
 
-# --- the anchor: k0smotron's sidecar config, verbatim frontend/backend.
-anchor() { # port leaf
-  cat > "$W/anchor-$1.cfg" <<EOF
+# --- the anchors, one HAProxy process each (nbthread 1). k0smotron's
+# sidecar config, verbatim frontend/backend, and the L4 configs doing the
+# same work as our passthrough and PROXY v2 paths.
+hap() { # name port frontend-bind-extra backend-server-line
+  cat > "$W/hap-$1.cfg" <<EOF
 global
   nbthread 1
+  maxconn 8000
 defaults
   timeout connect 5s
   timeout client 5m
   timeout server 5m
 frontend kubeapi_front
-    bind 127.0.0.2:$1 v4v6 ssl crt $W/$2.pem
+    bind $NET.2:$2 v4v6 $3
     mode tcp
     default_backend kubeapi_back
 backend kubeapi_back
     mode tcp
-    server kube_api 127.0.0.1:8443 ssl verify required ca-file $W/ca.crt sni str($API)
+    $4
 EOF
-  haproxy -db -f "$W/anchor-$1.cfg" & PIDS+=($!)
-  eval "ANCHOR_$1=$!"
+  haproxy -db -f "$W/hap-$1.cfg" & PIDS+=($!)
+  eval "HAP_$1=$!"
 }
-anchor 7443 k0s-rsa
-anchor 7444 ecdsa
+hap k0s 7443 "ssl crt $W/k0s-rsa.pem" "server kube_api $NET.1:8443 ssl verify required ca-file $W/ca.crt sni str($API)"
+hap ecdsa 7444 "ssl crt $W/ecdsa.pem" "server kube_api $NET.1:8443 ssl verify required ca-file $W/ca.crt sni str($API)"
+hap l4 7445 "" "server kube_api $NET.1:8443"
+hap pp 7446 "" "server kube_api $NET.1:8444 send-proxy-v2"
 
-# --- the proxy under test.
-cat > "$W/proxy.yaml" <<EOF
-listen: {address: 127.0.0.3, port: 7443}
-mode: reencrypt
+# --- the proxy under test: one process per path, so that each path's
+# memory is measured on a fresh process (freed memory of one measurement
+# would otherwise be reused and hide the next one's growth).
+ours() { # name port mode upstream-port admin-port [address binary]
+  cat > "$W/ours-$1.yaml" <<EOF
+listen: {address: ${6:-$NET.3}, port: $2}
+mode: $3
 upstream:
   serverName: $API
-  port: 8443
-  addresses: ["127.0.0.1"]
+  port: $4
+  addresses: ["$NET.1"]
   caFile: $W/ca.crt
 tls: {certFile: $W/ecdsa.crt, keyFile: $W/ecdsa.key}
-admin: {address: "127.0.0.3:9445"}
-limits: {maxConnections: 20000}
+admin: {address: "${6:-$NET.3}:$5"}
+limits: {maxConnections: 9000}
 log: {level: warn}
 workerThreads: $PROXY_THREADS
 ${PROXY_EXTRA:-}
 EOF
-"$HCP_INGRESS" proxy --config "$W/proxy.yaml" & PROXY_PID=$!; PIDS+=($PROXY_PID)
-# A second, fresh instance only for passthrough memory: freed memory of the
-# reencrypt measurement would otherwise be reused and hide the growth.
-sed -e 's/port: 7443}/port: 7445}/' -e 's/9445/9446/' "$W/proxy.yaml" > "$W/proxy-l4.yaml"
-"$HCP_INGRESS" proxy --config "$W/proxy-l4.yaml" & PROXY_L4_PID=$!; PIDS+=($PROXY_L4_PID)
+  local wrap=()
+  [ "$1" = re ] && [ -n "${PROXY_WRAP:-}" ] && read -ra wrap <<< "$PROXY_WRAP"
+  "${wrap[@]}" "${7:-$HCP_INGRESS}" proxy --config "$W/ours-$1.yaml" & PIDS+=($!)
+  eval "OURS_$1=$!"
+}
+ours re 7443 reencrypt 8443 9445
+ours sni 7445 reencrypt 8443 9446
+ours pp 7446 proxy-protocol 8444 9447
+OURS_re_b=""
+if [ -n "${HCP_INGRESS_B:-}" ]; then
+  ours re_b 7443 reencrypt 8443 9448 $NET.4 "$HCP_INGRESS_B"
+fi
 
-wait_ok() { # url
-  for _ in $(seq 1 100); do curl -ksf -o /dev/null "$1" && return 0; sleep 0.1; done
+wait_ok() { # url [curl args]
+  for _ in $(seq 1 300); do curl -ksf -o /dev/null "$@" && return 0; sleep 0.1; done
   echo "error: $1 never answered" >&2; exit 1
 }
-wait_ok https://127.0.0.1:9001/
-wait_ok http://127.0.0.3:9445/readyz
-wait_ok https://127.0.0.2:7443/
-wait_ok https://127.0.0.2:7444/
-wait_ok https://127.0.0.3:7443/
-wait_ok http://127.0.0.3:9446/readyz
+wait_ok https://$NET.1:9001/
+for p in 9445 9446 9447; do wait_ok "http://$NET.3:$p/readyz"; done
+[ -z "$OURS_re_b" ] || wait_ok http://$NET.4:9448/readyz
+for a in $NET.2:7443 $NET.2:7444 $NET.3:7443 $NET.2:7446 $NET.3:7446; do wait_ok "https://$a/"; done
+for ip in $NET.2 $NET.3; do wait_ok "https://$API:7445/" --resolve "$API:7445:$ip"; done
+# The passthrough path carries the client certificate to the tenant.
+DN=$(curl -ks -D - -o /dev/null --cert "$W/client.crt" --key "$W/client.key" \
+  --resolve "$API:7445:$NET.3" "https://$API:7445/" | tr -d '\r' | awk -F': ' 'tolower($1)=="x-client-dn" {print $2}')
+[ "$DN" = "CN=client" ] || { echo "error: the client certificate did not pass through (X-Client-DN: '$DN')" >&2; exit 1; }
 
 rss() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }  # KiB
-
-declare -A URL=(
-  [direct]=https://127.0.0.1:9001/
-  [haproxy]=https://127.0.0.2:7443/
-  [haproxy_ecdsa]=https://127.0.0.2:7444/
-  [proxy]=https://127.0.0.3:7443/
-)
-TARGETS=(direct haproxy haproxy_ecdsa proxy)
-
-# --- memory first, on fresh processes: idle RSS, then IDLE idle TLS
-# connections (one request each), held while RSS is read.
-IDLE_PROXY=$(rss "$PROXY_PID")
-IDLE_HAPROXY=$(rss "$ANCHOR_7443")
 # VmRSS counts mapped, clean page-cache pages of the binary and its
 # libraries; RssAnon is the private memory each extra process really costs.
 anon() { awk '/RssAnon/ {print $2}' "/proc/$1/status"; }
-ANON_PROXY=$(anon "$PROXY_PID")
-ANON_HAPROXY=$(anon "$ANCHOR_7443")
-idle_delta() { # pid host port [--sni name]
+ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
+
+# Results: one "key value" line each, read by the report below.
+R="$W/results"
+: > "$R"
+put() { echo "$1 $2" >> "$R"; }
+
+# Targets: the PID whose CPU is counted, the URL, and for SNI targets the
+# address wrk connects to (the URL's host stays the SNI).
+declare -A PID_OF URL SNI_AT
+PID_OF=([direct]=$NGINX_PID [hap_k0s]=$HAP_k0s [hap_ecdsa]=$HAP_ecdsa [ours_re]=$OURS_re
+        [hap_l4]=$HAP_l4 [ours_sni]=$OURS_sni [hap_pp]=$HAP_pp [ours_pp]=$OURS_pp [ours_re_b]=$OURS_re_b)
+URL=([direct]=https://$NET.1:9001/ [hap_k0s]=https://$NET.2:7443/ [hap_ecdsa]=https://$NET.2:7444/
+     [ours_re]=https://$NET.3:7443/ [hap_l4]=https://$API:7445/ [ours_sni]=https://$API:7445/
+     [hap_pp]=https://$NET.2:7446/ [ours_pp]=https://$NET.3:7446/ [ours_re_b]=https://$NET.4:7443/)
+SNI_AT=([hap_l4]=$NET.2 [ours_sni]=$NET.3)
+TARGETS=(direct)
+for p in $PATHS; do
+  case $p in
+    reencrypt) TARGETS+=(hap_k0s ours_re)
+      [ "${ECDSA_ANCHOR:-}" != 1 ] || TARGETS+=(hap_ecdsa)
+      [ -z "$OURS_re_b" ] || TARGETS+=(ours_re_b) ;;
+    passthrough) TARGETS+=(hap_l4 ours_sni) ;;
+    proxyv2) TARGETS+=(hap_pp ours_pp) ;;
+    *) echo "error: unknown path $p (reencrypt passthrough proxyv2)" >&2; exit 1 ;;
+  esac
+done
+has() { [[ " ${TARGETS[*]} " == *" $1 "* ]]; }
+
+for t in "${TARGETS[@]}"; do
+  [ "$t" = direct ] && continue
+  put "idle_rss.$t" "$(rss "${PID_OF[$t]}")"
+  put "idle_anon.$t" "$(anon "${PID_OF[$t]}")"
+done
+
+# --- memory first, on fresh processes: IDLE idle TLS connections (one
+# request each), held while RSS is read.
+idle_delta() { # pid host port [idle_conns.py args]
   local pid=$1 before after fifo="$W/fifo.$RANDOM"; shift
   mkfifo "$fifo"
   before=$(rss "$pid")
@@ -207,90 +289,72 @@ idle_delta() { # pid host port [--sni name]
   wait "$py" || true
   rm -f "$fifo"
   sleep 1
-  # bytes per connection
-  python3 -c "print(round(($after-$before)*1024/max(1,$opened)))"
+  python3 -c "print(round(($after-$before)*1024/max(1,${opened:-0})))"
 }
-if [ "${ONLY:-}" = lat ]; then
-  PER_TLS_PROXY=0; PER_TLS_HAPROXY=1; PER_L4_PROXY=0
-else
-  PER_TLS_PROXY=$(idle_delta "$PROXY_PID" 127.0.0.3 7443)
-  PER_TLS_HAPROXY=$(idle_delta "$ANCHOR_7443" 127.0.0.2 7443)
-  # SNI = apiHost: the proxy's passthrough path (client TLS end to end).
-  PER_L4_PROXY=$(idle_delta "$PROXY_L4_PID" 127.0.0.3 7445 --sni "$API")
+if [ "${ONLY:-}" != lat ]; then
+  CLIENT_CERT=(--cert "$W/client.crt" --key "$W/client.key")
+  if has ours_re; then
+    put idle_conn.ours_re "$(idle_delta "$OURS_re" $NET.3 7443)"
+    has ours_re_b && put idle_conn.ours_re_b "$(idle_delta "$OURS_re_b" $NET.4 7443)"
+    put idle_conn.hap_k0s "$(idle_delta "$HAP_k0s" $NET.2 7443)"
+  fi
+  if has ours_sni; then
+    put idle_conn.ours_sni "$(idle_delta "$OURS_sni" $NET.3 7445 --sni "$API" "${CLIENT_CERT[@]}")"
+    put idle_conn.hap_l4 "$(idle_delta "$HAP_l4" $NET.2 7445 --sni "$API" "${CLIENT_CERT[@]}")"
+  fi
+  if has ours_pp; then
+    put idle_conn.ours_pp "$(idle_delta "$OURS_pp" $NET.3 7446 --no-check-hostname)"
+    put idle_conn.hap_pp "$(idle_delta "$HAP_pp" $NET.2 7446 --no-check-hostname)"
+  fi
 fi
 
-# --- throughput and latency, interleaved A B A B.
-declare -A KA NC P50 P99 KACPU NCCPU
-for t in "${TARGETS[@]}"; do KA[$t]=""; NC[$t]=""; P50[$t]=""; P99[$t]=""; KACPU[$t]=""; NCCPU[$t]=""; done
-declare -A PID_OF=([direct]=${PIDS[0]} [haproxy]=$ANCHOR_7443 [haproxy_ecdsa]=$ANCHOR_7444 [proxy]=$PROXY_PID)
-ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
-# Prints "rate cpu_us_per_request" (ka, nc) or "p50_us p99_us" (lat). CPU per
-# request of the process under test is far less sensitive to other load on
-# the machine than the rates are.
+# --- throughput, CPU and latency, interleaved A B A B.
+# Prints "rate cpu_us_per_unit" (ka, nc) or "p50_us p99_us" (lat).
 runwrk() { # target mode
-  local url=${URL[$1]} pid=${PID_OF[$1]} out t0 t1
+  local t=$1 url=${URL[$1]} pid=${PID_OF[$1]} out t0 t1 args=() perf=""
+  [ -n "${SNI_AT[$t]:-}" ] && args=(-s hack/bench/sni.lua)
+  if [ "$t" = ours_re ] && [ "$REP" = 1 ] && [ "$2" != lat ]; then
+    if [ -n "${PERF_RECORD:-}" ]; then
+      perf record -q -g -p "$pid" -o "$PERF_RECORD.$2" -- sleep "$DURATION" >/dev/null 2>&1 & perf=$!
+    elif [ -n "${STRACE_COUNT:-}" ]; then
+      timeout -s INT "$DURATION" strace -c -f -p "$pid" -o "$STRACE_COUNT.$2" >/dev/null 2>&1 & perf=$!
+    fi
+  fi
   t0=$(ticks "$pid")
   case $2 in
-    ka) out=$(wrk -t1 -c"$CONNS" -d"${DURATION}s" "$url") ;;
-    nc) out=$(wrk -t1 -c"$CONNS" -d"${DURATION}s" -H "Connection: close" "$url") ;;
-    lat) out=$(wrk -t1 -c1 -d"${DURATION}s" --latency "$url")
+    ka) out=$(WRK_CONNECT=${SNI_AT[$t]:-} wrk "${args[@]}" -t1 -c"$CONNS" -d"${DURATION}s" "$url") ;;
+    nc) out=$(WRK_CONNECT=${SNI_AT[$t]:-} wrk "${args[@]}" -t1 -c"$CONNS" -d"${DURATION}s" -H "Connection: close" "$url") ;;
+    lat) out=$(WRK_CONNECT=${SNI_AT[$t]:-} wrk "${args[@]}" -t1 -c1 -d"${DURATION}s" --latency "$url")
          echo "$out" | awk 'function us(v){ if (v ~ /us$/) {sub(/us$/,"",v); return v} if (v ~ /ms$/) {sub(/ms$/,"",v); return v*1000} if (v ~ /s$/) {sub(/s$/,"",v); return v*1000000} return v }
                             $1=="50%" {p50=us($2)} $1=="99%" {p99=us($2)} END {print p50, p99}'
          return ;;
   esac
   t1=$(ticks "$pid")
+  if [ -n "$perf" ]; then wait "$perf" || true; fi
+  if echo "$out" | grep -q "Non-2xx\|Socket errors: connect [1-9]"; then
+    echo "warning: $t $2: $(echo "$out" | grep 'Non-2xx\|Socket errors' | tr '\n' ' ')" >&2
+  fi
   echo "$out" | awk -v d=$((t1 - t0)) '/requests in/ {n=$1} /Requests\/sec/ {r=$2} END {printf "%s %.1f\n", r, d*10000/(n>0?n:1)}'
 }
-for rep in $(seq 1 "$REPS"); do
+[ "${ONLY:-}" = mem ] && REPS=0
+for REP in $(seq 1 "$REPS"); do
   for t in "${TARGETS[@]}"; do
     if [ "${ONLY:-}" != lat ]; then
-      read -r a b < <(runwrk "$t" ka); KA[$t]+="$a "; KACPU[$t]+="$b "
-      read -r a b < <(runwrk "$t" nc); NC[$t]+="$a "; NCCPU[$t]+="$b "
+      read -r a b < <(runwrk "$t" ka); put "ka.$t" "$a"; put "kacpu.$t" "$b"
+      read -r a b < <(runwrk "$t" nc); put "nc.$t" "$a"; put "nccpu.$t" "$b"
     fi
-    read -r a b < <(runwrk "$t" lat)
-    P50[$t]+="$a "; P99[$t]+="$b "
+    read -r a b < <(runwrk "$t" lat); put "p50.$t" "$a"; put "p99.$t" "$b"
   done
-  echo "repetition $rep/$REPS done" >&2
+  echo "repetition $REP/$REPS done" >&2
 done
-RSS_AFTER_PROXY=$(rss "$PROXY_PID")
-RSS_AFTER_HAPROXY=$(rss "$ANCHOR_7443")
-CPU_PROXY=$(awk '{print ($14+$15)/100}' "/proc/$PROXY_PID/stat")
-CPU_HAPROXY=$(awk '{print ($14+$15)/100}' "/proc/$ANCHOR_7443/stat")
+for t in "${TARGETS[@]}"; do
+  [ "$t" = direct ] && continue
+  put "rss_after.$t" "$(rss "${PID_OF[$t]}")"
+done
+# Does the reencrypt path's upstream TLS resume? Its counter says.
+if has ours_re; then
+  curl -s http://$NET.3:9445/metrics | awk '/^hcp_proxy_upstream_tls_handshakes_total/ {
+    k=$1; sub(/.*kind="/, "", k); sub(/".*/, "", k); print "handshakes_" k ".ours_re", $2}' >> "$R"
+fi
 
-python3 - "$W" <<PY
-import statistics as st
-def med(s):
-    v=[float(x) for x in s.split()]
-    return st.median(v) if v else float('nan')
-ka={t:med(s) for t,s in {"direct":"${KA[direct]}","haproxy":"${KA[haproxy]}","haproxy_ecdsa":"${KA[haproxy_ecdsa]}","proxy":"${KA[proxy]}"}.items()}
-nc={t:med(s) for t,s in {"direct":"${NC[direct]}","haproxy":"${NC[haproxy]}","haproxy_ecdsa":"${NC[haproxy_ecdsa]}","proxy":"${NC[proxy]}"}.items()}
-p50={t:med(s) for t,s in {"direct":"${P50[direct]}","haproxy":"${P50[haproxy]}","haproxy_ecdsa":"${P50[haproxy_ecdsa]}","proxy":"${P50[proxy]}"}.items()}
-p99={t:med(s) for t,s in {"direct":"${P99[direct]}","haproxy":"${P99[haproxy]}","haproxy_ecdsa":"${P99[haproxy_ecdsa]}","proxy":"${P99[proxy]}"}.items()}
-kacpu={t:med(s) for t,s in {"direct":"${KACPU[direct]}","haproxy":"${KACPU[haproxy]}","haproxy_ecdsa":"${KACPU[haproxy_ecdsa]}","proxy":"${KACPU[proxy]}"}.items()}
-nccpu={t:med(s) for t,s in {"direct":"${NCCPU[direct]}","haproxy":"${NCCPU[haproxy]}","haproxy_ecdsa":"${NCCPU[haproxy_ecdsa]}","proxy":"${NCCPU[proxy]}"}.items()}
-add50={t:p50[t]-p50["direct"] for t in p50}
-add99={t:p99[t]-p99["direct"] for t in p99}
-def r(a,b): return a/b if b==b and b else float('nan')
-print(f"# hcp-ingress proxy vs HAProxy (k0smotron config), medians of ${REPS} x ${DURATION}s, c=${CONNS}")
-print(f"{'metric':<42}{'direct':>10}{'haproxy':>10}{'hap-ecdsa':>10}{'proxy':>10}{'ratio':>8}  target")
-def row(name, d, ratio, target, fmt="{:.0f}"):
-    cells="".join(f"{(fmt.format(d[t]) if t in d else '-'):>10}" for t in ["direct","haproxy","haproxy_ecdsa","proxy"])
-    print(f"{name:<42}{cells}{ratio:>8.2f}  {target}")
-row("keep-alive req/s", ka, r(ka["proxy"],ka["haproxy"]), ">= 1.2x")
-row("new connections/s (RSA anchor)", nc, r(nc["proxy"],nc["haproxy"]), ">= 2.0x")
-print(f"{'new connections/s, same ECDSA leaf':<72}{r(nc['proxy'],nc['haproxy_ecdsa']):>8.2f}  >= 1.4x")
-row("CPU us per keep-alive request", kacpu, r(kacpu["proxy"],kacpu["haproxy"]), "(lower is better)", "{:.1f}")
-row("CPU us per new connection", nccpu, r(nccpu["proxy"],nccpu["haproxy"]), "(lower is better)", "{:.0f}")
-row("added p50 latency c=1 (us)", add50, r(add50["proxy"],add50["haproxy"]), "-")
-row("added p99 latency c=1 (us)", add99, r(add99["proxy"],add99["haproxy"]), "<= 0.7x")
-print(f"{'idle RSS (KiB, fresh process)':<52}{${IDLE_HAPROXY}:>10}{'':>10}{${IDLE_PROXY}:>10}{${IDLE_PROXY}/${IDLE_HAPROXY}:>8.2f}  <= 5 MB")
-print(f"{'idle RssAnon (KiB, fresh process)':<52}{${ANON_HAPROXY}:>10}{'':>10}{${ANON_PROXY}:>10}{${ANON_PROXY}/${ANON_HAPROXY}:>8.2f}")
-print(f"{'bytes per idle TLS conn (reencrypt)':<52}{${PER_TLS_HAPROXY}:>10}{'':>10}{${PER_TLS_PROXY}:>10}{${PER_TLS_PROXY}/max(1,${PER_TLS_HAPROXY}):>8.2f}  <= 16 KB")
-print(f"{'bytes per idle passthrough conn':<72}{${PER_L4_PROXY}:>10}  <= 4 KB")
-print(f"{'RSS after the load (KiB)':<52}{${RSS_AFTER_HAPROXY}:>10}{'':>10}{${RSS_AFTER_PROXY}:>10}")
-print(f"{'CPU seconds used in the whole run':<52}{${CPU_HAPROXY}:>10}{'':>10}{${CPU_PROXY}:>10}")
-PY
-echo "raw keep-alive: direct[${KA[direct]}] haproxy[${KA[haproxy]}] haproxy_ecdsa[${KA[haproxy_ecdsa]}] proxy[${KA[proxy]}]"
-echo "raw new-conn:   direct[${NC[direct]}] haproxy[${NC[haproxy]}] haproxy_ecdsa[${NC[haproxy_ecdsa]}] proxy[${NC[proxy]}]"
-echo "raw p50 us:     direct[${P50[direct]}] haproxy[${P50[haproxy]}] haproxy_ecdsa[${P50[haproxy_ecdsa]}] proxy[${P50[proxy]}]"
-echo "raw p99 us:     direct[${P99[direct]}] haproxy[${P99[haproxy]}] haproxy_ecdsa[${P99[haproxy_ecdsa]}] proxy[${P99[proxy]}]"
+python3 hack/bench/report.py "$R" "$REPS" "$DURATION" "$CONNS" "$IDLE"

@@ -2,6 +2,7 @@
 """Open N TLS connections, one request each, and hold them open.
 
 Usage: idle_conns.py HOST PORT N --ca FILE [--sni NAME] [--concurrency C]
+                     [--cert FILE --key FILE] [--no-check-hostname]
 Prints "ready <opened>" once every connection has had its answer (failures
 are summarised on stderr as "errors <n> {type: count}"), then holds them.
 Each stdin line "request" sends one more request on every held connection
@@ -49,12 +50,22 @@ async def main():
     p.add_argument("--ca", required=True)
     p.add_argument("--sni")
     p.add_argument("--concurrency", type=int, default=50)
+    # A client certificate, as kubelet-style clients present on passthrough.
+    p.add_argument("--cert")
+    p.add_argument("--key")
+    # Still verified against the CA, but not against the dialed IP (an L4
+    # path shows the tenant's certificate, named for the API host).
+    p.add_argument("--no-check-hostname", action="store_true")
     a = p.parse_args()
     # Thousands of sockets: lift the soft descriptor limit to the hard one.
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     ctx = ssl.create_default_context(cafile=a.ca)
     ctx.set_alpn_protocols(["http/1.1"])
+    if a.cert:
+        ctx.load_cert_chain(a.cert, a.key)
+    if a.no_check_hostname:
+        ctx.check_hostname = False
     sem = asyncio.Semaphore(a.concurrency)
     conns = []
     results = await asyncio.gather(

@@ -7,10 +7,11 @@ ca() {
   openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 2 -subj "/CN=$1" 2>/dev/null
 }
 
-# leaf NAME KEYTYPE KEYOPTS SANS: NAME.key, NAME.crt and NAME.pem (both).
+# leaf NAME KEYTYPE KEYOPTS SANS [EKU]: NAME.key, NAME.crt and NAME.pem
+# (both); EKU defaults to serverAuth (clientAuth for a client certificate).
 leaf() {
   openssl req -new -newkey "$2" -nodes -keyout "$1.key" -out "$1.csr" -subj "/CN=$1" $3 2>/dev/null
-  printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth\n' "$4" > "$1.ext"
+  printf 'subjectAltName=%s\nextendedKeyUsage=%s\n' "$4" "${5:-serverAuth}" > "$1.ext"
   openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -out "$1.crt" -extfile "$1.ext" 2>/dev/null
   cat "$1.crt" "$1.key" > "$1.pem"
 }

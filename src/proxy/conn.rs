@@ -13,7 +13,6 @@ use tokio::{
     net::TcpStream,
     time::{Instant, timeout},
 };
-use tokio_rustls::TlsAcceptor;
 use tracing::{debug, warn};
 
 pub use dial::{connect_failure_reason, tune};
@@ -25,6 +24,7 @@ use super::{
     copy::{CopyEnd, CopyError, Side, copy_bidirectional},
     metrics::{BytesLabel, PathLabel},
     state::{Shared, State},
+    tlsio::ServerTls,
 };
 
 /// Metric reason of an error that ended a forwarding connection.
@@ -82,7 +82,6 @@ pub async fn handle(shared: Arc<Shared>, mut client: TcpStream, peer: SocketAddr
     let m = &shared.metrics;
     let deadline = Instant::now() + cfg.timeouts.handshake;
     tune(&client, cfg.timeouts.tcp_keepalive);
-    let local = client.local_addr().unwrap_or(cfg.listen.addr);
 
     let (hello_bytes, hello) = match Box::pin(timeout(
         cfg.timeouts.handshake,
@@ -125,6 +124,12 @@ pub async fn handle(shared: Arc<Shared>, mut client: TcpStream, peer: SocketAddr
 
     match path {
         Path::SniPassthrough | Path::Passthrough | Path::ProxyProtocol => {
+            // Only the PROXY v2 header needs it: a syscall saved elsewhere.
+            let local = if path == Path::ProxyProtocol {
+                client.local_addr().unwrap_or(cfg.listen.addr)
+            } else {
+                cfg.listen.addr
+            };
             let Some((mut up, _guard)) =
                 Box::pin(connect_l4(&shared, &state, path, &hello_bytes, peer, local)).await
             else {
@@ -198,15 +203,18 @@ async fn reencrypt(
     io: Counters<'_>,
 ) {
     let m = &shared.metrics;
-    let Some((mut up, _guard)) = connect_tls(shared, state, alpn).await else {
+    // Both handshakes are boxed: their futures (a TLS connection inline
+    // each) are freed once done instead of staying in the space this future
+    // keeps for the whole life of the connection.
+    let Some((mut up, _guard)) = Box::pin(connect_tls(shared, state, alpn)).await else {
         warn!(%peer, "no upstream accepted the connection");
         return;
     };
-    let chosen = up.get_ref().1.alpn_protocol().map(|p| p.to_vec());
-    let Some(server_cfg) = state.tls.server_for(chosen.as_deref()) else {
+    let Some(server_cfg) = state.tls.server_for(up.conn().alpn_protocol()) else {
         return;
     };
-    let accept = TlsAcceptor::from(server_cfg).accept(Rewind::new(client, hello_bytes));
+    // The ClientHello already read is where the handshake starts.
+    let accept = Box::pin(ServerTls::accept(server_cfg, client, hello_bytes));
     let mut down = match tokio::time::timeout_at(
         deadline.max(Instant::now() + Duration::from_secs(1)),
         accept,
@@ -337,8 +345,30 @@ mod size_tests {
         let s = std::net::TcpStream::connect(a).unwrap();
         s.set_nonblocking(true).unwrap();
         let s = tokio::net::TcpStream::from_std(s).unwrap();
-        let f = super::handle(shared(), s, a);
+        let shared = shared();
+        let f = super::handle(shared.clone(), s, a);
         let size = std::mem::size_of_val(&f);
+        eprintln!("connection future {size} B");
         assert!(size <= 1024, "connection future is {size} bytes");
+        drop(f);
+
+        // The reencrypt future lives as long as the connection: its two TLS
+        // connections and the copy, not the handshake futures (boxed).
+        let s = std::net::TcpStream::connect(a).unwrap();
+        s.set_nonblocking(true).unwrap();
+        let s = tokio::net::TcpStream::from_std(s).unwrap();
+        let state = shared.state.load_full();
+        let (up, down) = (Default::default(), Default::default());
+        let io = super::Counters {
+            up: &up,
+            down: &down,
+        };
+        let deadline = tokio::time::Instant::now();
+        let f = super::reencrypt(&shared, &state, s, a, Vec::new(), &[], deadline, io);
+        let size = std::mem::size_of_val(&f);
+        let tls = std::mem::size_of::<crate::proxy::tlsio::ServerTls>()
+            + std::mem::size_of::<crate::proxy::tlsio::ClientTls>();
+        eprintln!("reencrypt future {size} B, its TLS connections {tls} B");
+        assert!(size <= tls + 512, "reencrypt future is {size} bytes");
     }
 }

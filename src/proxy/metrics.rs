@@ -52,6 +52,13 @@ pub struct FileLabel {
     pub file: String,
 }
 
+/// Label: how an upstream TLS handshake went.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    /// `full` or `resumed`.
+    pub kind: &'static str,
+}
+
 /// Label: outcome of a reload.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
@@ -83,6 +90,8 @@ pub struct Metrics {
     pub upstream_healthy: Family<AddressLabel, Gauge>,
     /// Time to a usable upstream connection (TCP, plus TLS in reencrypt mode).
     pub connect_seconds: Histogram,
+    /// Upstream TLS handshakes of the reencrypt path, full or resumed.
+    pub upstream_handshakes: Family<KindLabel, Counter>,
     /// Config and certificate reloads.
     pub reloads: Family<ResultLabel, Counter>,
     /// `notAfter` of the serving certificate in force; no series without
@@ -116,6 +125,7 @@ impl Metrics {
             prometheus_client::metrics::histogram::exponential_buckets(0.0001, 2.0, 16),
         );
         let reloads = Family::<ResultLabel, Counter>::default();
+        let upstream_handshakes = Family::<KindLabel, Counter>::default();
         let certificate_expiry = Family::<FileLabel, Gauge>::default();
         registry.register(
             "connections",
@@ -166,6 +176,11 @@ impl Metrics {
             "upstream_connect_seconds",
             "Time to a usable upstream connection",
             connect_seconds.clone(),
+        );
+        registry.register(
+            "upstream_tls_handshakes",
+            "Upstream TLS handshakes of the reencrypt path by kind (full, resumed)",
+            upstream_handshakes.clone(),
         );
         registry.register(
             "reloads",
@@ -228,6 +243,9 @@ impl Metrics {
         for result in ["success", "failure"] {
             let _ = reloads.get_or_create(&ResultLabel { result });
         }
+        for kind in ["full", "resumed"] {
+            let _ = upstream_handshakes.get_or_create(&KindLabel { kind });
+        }
         Self {
             registry,
             connections,
@@ -240,6 +258,7 @@ impl Metrics {
             accept_errors,
             stream_errors,
             connect_seconds,
+            upstream_handshakes,
             reloads,
             certificate_expiry,
             pool,
@@ -279,6 +298,14 @@ impl Metrics {
     pub fn accept_error(&self, reason: &'static str) {
         self.accept_errors
             .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+
+    /// Count an upstream TLS handshake of the reencrypt path.
+    pub fn upstream_handshake(&self, resumed: bool) {
+        let kind = if resumed { "resumed" } else { "full" };
+        self.upstream_handshakes
+            .get_or_create(&KindLabel { kind })
             .inc();
     }
 

@@ -4,7 +4,8 @@
 //!
 //! Flow: [`server`] accepts → [`conn`] reads the ClientHello ([`clienthello`])
 //! and picks a path → [`upstream`] picks an address → bytes flow through
-//! [`copy`] (TLS via [`tls`]; PROXY v2 via [`proxy_protocol`]). [`reload`]
+//! [`copy`] (TLS configs from [`tls`], TLS streams of [`tlsio`]; PROXY v2 via
+//! [`proxy_protocol`]). [`reload`]
 //! swaps config and certificates, [`admin`] serves probes and [`metrics`].
 //! In pooled mode [`pool`] serves the pods' HTTP over a few upstream
 //! HTTP/2 connections instead of copying bytes.
@@ -27,6 +28,7 @@ pub mod reload;
 pub mod server;
 pub mod state;
 pub mod tls;
+pub mod tlsio;
 pub mod upstream;
 
 use std::{path::PathBuf, process::ExitCode};

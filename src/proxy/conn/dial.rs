@@ -3,19 +3,18 @@
 
 use std::{io, net::SocketAddr, time::Duration};
 
-use rustls_pki_types::ServerName;
 use tokio::{
     io::AsyncWriteExt,
     net::TcpStream,
     time::{Instant, timeout},
 };
-use tokio_rustls::{TlsConnector, client::TlsStream};
 use tracing::{debug, warn};
 
 use super::hello::Path;
 use crate::proxy::{
     proxy_protocol,
     state::{Shared, State},
+    tlsio::ClientTls,
     upstream::{ActiveGuard, Backend},
 };
 
@@ -144,22 +143,27 @@ pub(super) async fn connect_l4(
 }
 
 /// Reencrypt: TCP + TLS to the upstream with the client's ALPN offer.
+/// Counts whether the handshake resumed a session: a resumed one skips the
+/// certificate chain and its verification on both ends.
 pub(super) async fn connect_tls(
     shared: &Shared,
     state: &State,
     alpn: &[Vec<u8>],
-) -> Option<(TlsStream<TcpStream>, ActiveGuard)> {
+) -> Option<(ClientTls, ActiveGuard)> {
     let cfg = &state.cfg;
-    let connector = &TlsConnector::from(state.tls.client_for(alpn));
-    let name = &ServerName::try_from(cfg.upstream.server_name.clone()).ok()?;
-    with_failover(shared, state, |addr| async move {
+    let config = &state.tls.client_for(alpn);
+    let name = state.tls.upstream_name();
+    let up = with_failover(shared, state, |addr| async move {
         let s = dial(addr, cfg.timeouts.tcp_keepalive, &[])
             .await
             .map_err(|e| ("connect", e))?;
-        connector
-            .connect(name.clone(), s)
+        ClientTls::connect(config.clone(), name.clone(), s)
             .await
             .map_err(|e| ("tls", e))
     })
-    .await
+    .await?;
+    shared
+        .metrics
+        .upstream_handshake(up.0.conn().handshake_kind() == Some(rustls::HandshakeKind::Resumed));
+    Some(up)
 }

@@ -29,10 +29,9 @@ impl pool::Dial for Dialer {
         let (shared, state) = (self.shared.clone(), self.state.clone());
         Box::pin(async move {
             let (io, guard) = connect_tls(&shared, &state, &[alpn.to_vec()]).await?;
-            let (tcp, tls) = io.get_ref();
             Some(pool::Dialed {
-                alpn: tls.alpn_protocol().map(<[u8]>::to_vec),
-                peer: tcp.peer_addr().ok(),
+                alpn: io.conn().alpn_protocol().map(<[u8]>::to_vec),
+                peer: io.tcp().peer_addr().ok(),
                 io: Box::new(io),
                 hold: Box::new(guard),
             })

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Print hack/bench-proxy.sh's results: per path, ours next to HAProxy.
+
+Usage: report.py RESULTS REPS DURATION CONNS IDLE
+RESULTS holds one "key.target value" line per measurement (repetitions
+repeat keys); medians are printed, with the ratio ours / HAProxy.
+"""
+import collections
+import statistics
+import sys
+
+path, reps, dur, conns, idle = sys.argv[1:]
+vals = collections.defaultdict(list)
+for line in open(path):
+    k, v = line.split()
+    vals[k].append(float(v))
+
+
+def med(k):
+    v = vals.get(k)
+    return statistics.median(v) if v else None
+
+
+def fmt(x, f="{:.0f}"):
+    return "-" if x is None else f.format(x)
+
+
+def ratio(a, b):
+    return None if a is None or not b else a / b
+
+
+def get(metric, t):
+    if metric in ("add50", "add99"):
+        p = metric.replace("add", "p")
+        a, d = med(f"{p}.{t}"), med(f"{p}.direct")
+        return None if a is None or d is None else a - d
+    return med(f"{metric}.{t}")
+
+
+PATHS = [
+    ("reencrypt (no SNI)", "ours_re", "hap_k0s", "HAProxy, k0smotron's config (RSA leaf)",
+     "CPU/new conn <= 0.30x, CPU/keep-alive req <= 0.50x, added p99 <= 0.7x, idle conn <= 8 KB, idle RSS <= 5 MB"),
+    ("passthrough (SNI = apiHost, client cert)", "ours_sni", "hap_l4", "HAProxy mode tcp",
+     "idle conn <= 4 KB"),
+    ("PROXY v2 (no SNI)", "ours_pp", "hap_pp", "HAProxy mode tcp, send-proxy-v2", ""),
+]
+ROWS = [
+    ("CPU us per new TLS connection", "nccpu", "{:.0f}"),
+    ("CPU us per keep-alive request", "kacpu", "{:.1f}"),
+    ("added p50 latency c=1 (us)", "add50", "{:.0f}"),
+    ("added p99 latency c=1 (us)", "add99", "{:.0f}"),
+    ("bytes per idle connection", "idle_conn", "{:.0f}"),
+    ("idle VmRSS (KiB, fresh process)", "idle_rss", "{:.0f}"),
+    ("idle RssAnon (KiB, fresh process)", "idle_anon", "{:.0f}"),
+    ("keep-alive req/s", "ka", "{:.0f}"),
+    ("new connections/s", "nc", "{:.0f}"),
+    ("VmRSS after the load (KiB)", "rss_after", "{:.0f}"),
+]
+
+print(f"# hcp-ingress proxy vs HAProxy, same run: medians of {reps} x {dur}s, c={conns}; {idle} idle connections held")
+print("# CPU = utime+stime of the proxy process itself per unit of work; lower is better")
+for title, ours, anchor, anchor_name, target in PATHS:
+    if not any(k.endswith("." + ours) for k in vals):
+        continue
+    # HCP_INGRESS_B: a second build on the same path, same run.
+    b = ours + "_b" if any(k.endswith("." + ours + "_b") for k in vals) else None
+    print(f"\n## {title}: ours vs {anchor_name}")
+    if target:
+        print(f"#  targets: {target}")
+    head = f"{'metric':<36}{'HAProxy':>12}{'ours':>12}{'ratio':>8}"
+    print(head + (f"{'ours B':>12}{'ratio':>8}{'B/A':>8}" if b else ""))
+    for name, metric, f in ROWS:
+        a, o = get(metric, anchor), get(metric, ours)
+        if a is None and o is None:
+            continue
+        line = f"{name:<36}{fmt(a, f):>12}{fmt(o, f):>12}{fmt(ratio(o, a), '{:.2f}'):>8}"
+        if b:
+            ob = get(metric, b)
+            line += f"{fmt(ob, f):>12}{fmt(ratio(ob, a), '{:.2f}'):>8}{fmt(ratio(ob, o), '{:.2f}'):>8}"
+        print(line)
+if med("nccpu.hap_ecdsa") is not None:
+    print(f"\nHAProxy with our ECDSA leaf: {fmt(med('nccpu.hap_ecdsa'))} us per new connection "
+          f"(ours / it: {fmt(ratio(med('nccpu.ours_re'), med('nccpu.hap_ecdsa')), '{:.2f}')}), "
+          f"{fmt(med('kacpu.hap_ecdsa'), '{:.1f}')} us per keep-alive request, "
+          f"{fmt(med('nc.hap_ecdsa'))} new connections/s")
+full, resumed = med("handshakes_full.ours_re"), med("handshakes_resumed.ours_re")
+if full is not None:
+    print(f"our upstream TLS handshakes (reencrypt): {full:.0f} full, {resumed or 0:.0f} resumed "
+          f"({100 * (resumed or 0) / max(1, full + (resumed or 0)):.1f} % resumed)")
+print(f"direct (no proxy): {fmt(med('ka.direct'))} keep-alive req/s, {fmt(med('nc.direct'))} new connections/s, "
+      f"p50 {fmt(med('p50.direct'))} us, p99 {fmt(med('p99.direct'))} us")
+print("\nraw, per repetition:")
+for k in sorted(vals):
+    if k.split(".")[0] in ("kacpu", "nccpu", "p99", "ka", "nc"):
+        print(f"  {k:<18} {' '.join(fmt(v, '{:g}') for v in vals[k])}")

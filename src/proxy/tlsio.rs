@@ -1,0 +1,809 @@
+//! A TLS stream over rustls's unbuffered API whose buffers exist only while
+//! bytes are in flight.
+//!
+//! rustls's buffered connections (what tokio-rustls wraps) keep a 4 KiB
+//! receive buffer each for their whole life: on the reencrypt path that is
+//! 8 KiB of every idle connection, more than everything else it holds. Here
+//! the caller owns the buffers: the receive buffer is taken from a small
+//! per-thread pool only once the socket is readable and given back as soon
+//! as no partial record is left in it; the send buffer only holds records the
+//! socket has not taken yet. Records are decrypted into rustls's plaintext
+//! queue and copied straight into the reader's buffer.
+
+use std::{
+    cell::RefCell,
+    io,
+    ops::DerefMut,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll, ready},
+};
+
+use rustls::{
+    ClientConfig, ServerConfig,
+    client::{ClientConnectionData, UnbufferedClientConnection},
+    server::{ServerConnectionData, UnbufferedServerConnection},
+    unbuffered::{
+        ConnectionState, EncodeError, EncryptError, UnbufferedConnectionCommon, UnbufferedStatus,
+    },
+};
+use rustls_pki_types::ServerName;
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::TcpStream,
+};
+
+/// Pooled buffer size: one TLS 1.2 record at its largest (header, 16 KiB of
+/// plaintext, 2 KiB of expansion), so one read or one encrypted 16 KiB write
+/// always fits.
+const BUF_SIZE: usize = 5 + 16 * 1024 + 2048;
+
+/// Largest plaintext encrypted per write: one full record.
+const MAX_PLAINTEXT: usize = 16 * 1024;
+
+/// A handshake message may span several records; rustls's own buffered
+/// connections allow 64 KiB for one, and so do we.
+const MAX_RX: usize = 0xffff + BUF_SIZE;
+
+/// Buffers kept for reuse per thread: the ones in flight at one moment,
+/// bounded so that idle memory stays small (8 x 18 KiB).
+const POOL_MAX: usize = 8;
+
+thread_local! {
+    static POOL: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A buffer of `BUF_SIZE` initialised bytes (zeroed once, when first
+/// allocated; pooled buffers are reused as they are).
+fn take_buf() -> Vec<u8> {
+    POOL.with(|p| p.borrow_mut().pop())
+        .unwrap_or_else(|| vec![0u8; BUF_SIZE])
+}
+
+/// Release a buffer: pooled when it has the usual size, freed otherwise.
+fn give_buf(b: Vec<u8>) {
+    if b.len() != BUF_SIZE {
+        return;
+    }
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < POOL_MAX {
+            p.push(b);
+        }
+    });
+}
+
+/// A buffer that exists only while it holds bytes: `buf[start..end]` is the
+/// content; `buf` is empty (unallocated) while there is none.
+#[derive(Default)]
+struct Buf {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl Buf {
+    fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    /// At least `n` writable bytes after the content.
+    fn room(&mut self, n: usize) -> &mut [u8] {
+        if self.buf.is_empty() {
+            self.buf = take_buf();
+        }
+        if self.buf.len() - self.end < n {
+            self.buf.resize(self.end + n, 0);
+        }
+        &mut self.buf[self.end..]
+    }
+
+    /// Whatever room there is (a fresh buffer if none is held).
+    fn spare(&mut self) -> &mut [u8] {
+        self.room(1)
+    }
+
+    fn filled(&mut self, n: usize) {
+        self.end += n;
+    }
+
+    /// Drop `n` bytes from the front; give the memory back once empty.
+    fn consume(&mut self, n: usize) {
+        self.start += n;
+        if self.start >= self.end {
+            self.start = 0;
+            self.end = 0;
+            give_buf(std::mem::take(&mut self.buf));
+        }
+    }
+
+    /// Move the content to the front of the buffer.
+    fn compact(&mut self) {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+    }
+
+    fn clear(&mut self) {
+        self.consume(self.end - self.start);
+    }
+}
+
+/// The two kinds of unbuffered connection, driven by the same code.
+pub trait Side: DerefMut<Target = UnbufferedConnectionCommon<Self::Data>> + Unpin {
+    /// rustls's per-side connection data.
+    type Data;
+    /// Process the records of `incoming` (see rustls's `process_tls_records`).
+    fn process<'c, 'i>(
+        &'c mut self,
+        incoming: &'i mut [u8],
+    ) -> UnbufferedStatus<'c, 'i, Self::Data>;
+}
+
+// rustls implements `process_tls_records` once per side, not generically.
+macro_rules! side {
+    ($conn:ty, $data:ty) => {
+        impl Side for $conn {
+            type Data = $data;
+            fn process<'c, 'i>(
+                &'c mut self,
+                incoming: &'i mut [u8],
+            ) -> UnbufferedStatus<'c, 'i, $data> {
+                (**self).process_tls_records(incoming)
+            }
+        }
+    };
+}
+side!(UnbufferedServerConnection, ServerConnectionData);
+side!(UnbufferedClientConnection, ClientConnectionData);
+
+fn tls_err(e: rustls::Error) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+fn eof(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::UnexpectedEof, what.to_string())
+}
+
+/// A TLS connection over a TCP stream.
+pub struct TlsIo<C> {
+    conn: C,
+    io: TcpStream,
+    /// Received ciphertext not processed yet (a partial record).
+    rx: Buf,
+    /// Encrypted records the socket has not taken yet.
+    tx: Buf,
+    /// Decrypted bytes the reader's buffer had no room for.
+    plain: Vec<u8>,
+    plain_pos: usize,
+    /// The peer sent close_notify: the reader sees EOF.
+    peer_closed: bool,
+    /// Our close_notify is queued.
+    close_sent: bool,
+}
+
+/// Server side (client-facing).
+pub type ServerTls = TlsIo<UnbufferedServerConnection>;
+/// Client side (upstream-facing).
+pub type ClientTls = TlsIo<UnbufferedClientConnection>;
+
+/// What the caller of one step wants done when rustls is ready for
+/// application data.
+enum Want<'a, 'b> {
+    Handshake,
+    Read(&'a mut ReadBuf<'b>),
+    Write(&'a [u8]),
+    Close,
+}
+
+/// The outcome of one step.
+enum Step {
+    /// Go on processing.
+    Again,
+    /// Done what was wanted (handshake complete, plaintext delivered,
+    /// plaintext or close_notify encrypted).
+    Done,
+    /// More ciphertext is needed first.
+    Read,
+    /// The peer closed cleanly (reading), or both sides did.
+    Closed,
+}
+
+impl ServerTls {
+    /// Complete the server handshake on `io`; `first` holds the bytes
+    /// already read from it (the ClientHello).
+    pub async fn accept(
+        config: Arc<ServerConfig>,
+        io: TcpStream,
+        first: Vec<u8>,
+    ) -> io::Result<Self> {
+        let conn = UnbufferedServerConnection::new(config).map_err(tls_err)?;
+        let mut s = Self::new(conn, io);
+        s.rx.room(first.len())[..first.len()].copy_from_slice(&first);
+        s.rx.filled(first.len());
+        drop(first);
+        std::future::poll_fn(|cx| s.poll_handshake(cx)).await?;
+        Ok(s)
+    }
+}
+
+impl ClientTls {
+    /// Complete a client handshake with `name` on `io`.
+    pub async fn connect(
+        config: Arc<ClientConfig>,
+        name: ServerName<'static>,
+        io: TcpStream,
+    ) -> io::Result<Self> {
+        let conn = UnbufferedClientConnection::new(config, name).map_err(tls_err)?;
+        let mut s = Self::new(conn, io);
+        std::future::poll_fn(|cx| s.poll_handshake(cx)).await?;
+        Ok(s)
+    }
+}
+
+impl<C: Side> TlsIo<C> {
+    fn new(conn: C, io: TcpStream) -> Self {
+        Self {
+            conn,
+            io,
+            rx: Buf::default(),
+            tx: Buf::default(),
+            plain: Vec::new(),
+            plain_pos: 0,
+            peer_closed: false,
+            close_sent: false,
+        }
+    }
+
+    /// The rustls connection (ALPN, handshake kind, peer certificates).
+    pub fn conn(&self) -> &C {
+        &self.conn
+    }
+
+    /// The socket under the TLS (peer and local addresses).
+    pub fn tcp(&self) -> &TcpStream {
+        &self.io
+    }
+
+    /// Write pending records to the socket; the send buffer is released
+    /// once empty.
+    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.tx.is_empty() {
+            let n = ready!(Pin::new(&mut self.io).poll_write(cx, self.tx.bytes()))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.tx.consume(n);
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Read more ciphertext once the socket is readable: the buffer is
+    /// taken only then. `Ok(false)`: the peer closed the TCP stream.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<bool>> {
+        ready!(self.io.poll_read_ready(cx))?;
+        self.rx.compact();
+        if self.rx.end >= MAX_RX {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "TLS handshake message too large",
+            )));
+        }
+        let room = if self.rx.buf.len() > self.rx.end {
+            self.rx.spare()
+        } else {
+            // A record or handshake message larger than what is held.
+            self.rx.room(BUF_SIZE.min(MAX_RX - self.rx.end))
+        };
+        // TcpStream's own poll_read: after a short read it forgets the
+        // readiness, which saves the read that would only say EAGAIN.
+        let mut rb = ReadBuf::new(room);
+        let r = Pin::new(&mut self.io).poll_read(cx, &mut rb);
+        let n = rb.filled().len();
+        self.rx.filled(n);
+        if self.rx.is_empty() {
+            self.rx.clear();
+        }
+        match r {
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(n > 0)),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// One step: process what was received and act on the state rustls is
+    /// in: send its records, hand out plaintext, or do what `want` asks once
+    /// application data may flow.
+    fn step(&mut self, cx: &mut Context<'_>, want: Want<'_, '_>) -> Poll<io::Result<Step>> {
+        let Self {
+            conn,
+            io,
+            rx,
+            tx,
+            plain,
+            peer_closed,
+            ..
+        } = self;
+        let (start, end) = (rx.start, rx.end);
+        let incoming: &mut [u8] = if start == end {
+            &mut []
+        } else {
+            &mut rx.buf[start..end]
+        };
+        let status = conn.process(incoming);
+        let discard = status.discard;
+        let step = match status.state {
+            Err(e) => {
+                rx.consume(discard);
+                return Poll::Ready(Err(self.fail(e)));
+            }
+            Ok(ConnectionState::ReadTraffic(mut records)) => {
+                let mut out = match want {
+                    Want::Read(out) => Some(out),
+                    _ => None,
+                };
+                let mut delivered = false;
+                while let Some(record) = records.next_record() {
+                    let mut payload = record.map_err(tls_err)?.payload;
+                    if let Some(out) = out.as_deref_mut() {
+                        let n = payload.len().min(out.remaining());
+                        out.put_slice(&payload[..n]);
+                        payload = &payload[n..];
+                        delivered = true;
+                    }
+                    plain.extend_from_slice(payload);
+                }
+                if delivered { Step::Done } else { Step::Again }
+            }
+            Ok(ConnectionState::EncodeTlsData(mut enc)) => {
+                let n = match enc.encode(tx.spare()) {
+                    Ok(n) => n,
+                    Err(EncodeError::InsufficientSize(s)) => {
+                        enc.encode(tx.room(s.required_size))
+                            .map_err(|e| io::Error::other(e.to_string()))?
+                    }
+                    Err(e) => return Poll::Ready(Err(io::Error::other(e.to_string()))),
+                };
+                tx.filled(n);
+                Step::Again
+            }
+            Ok(ConnectionState::TransmitTlsData(t)) => {
+                while !tx.is_empty() {
+                    let n = match Pin::new(&mut *io).poll_write(cx, tx.bytes()) {
+                        Poll::Ready(r) => r?,
+                        Poll::Pending => {
+                            // Not done: rustls asks again next time.
+                            rx.consume(discard);
+                            return Poll::Pending;
+                        }
+                    };
+                    if n == 0 {
+                        return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                    }
+                    tx.consume(n);
+                }
+                t.done();
+                Step::Again
+            }
+            Ok(ConnectionState::BlockedHandshake) => Step::Read,
+            Ok(ConnectionState::WriteTraffic(mut w)) => match want {
+                Want::Handshake => Step::Done,
+                Want::Read(_) => Step::Read,
+                Want::Write(data) => {
+                    let n = match w.encrypt(data, tx.spare()) {
+                        Ok(n) => n,
+                        Err(EncryptError::InsufficientSize(s)) => w
+                            .encrypt(data, tx.room(s.required_size))
+                            .map_err(|e| io::Error::other(e.to_string()))?,
+                        Err(e) => return Poll::Ready(Err(io::Error::other(e.to_string()))),
+                    };
+                    tx.filled(n);
+                    Step::Done
+                }
+                Want::Close => {
+                    let n = match w.queue_close_notify(tx.spare()) {
+                        Ok(n) => n,
+                        Err(EncryptError::InsufficientSize(s)) => w
+                            .queue_close_notify(tx.room(s.required_size))
+                            .map_err(|e| io::Error::other(e.to_string()))?,
+                        Err(e) => return Poll::Ready(Err(io::Error::other(e.to_string()))),
+                    };
+                    tx.filled(n);
+                    Step::Done
+                }
+            },
+            Ok(ConnectionState::PeerClosed) => {
+                *peer_closed = true;
+                match want {
+                    Want::Read(_) | Want::Handshake => Step::Closed,
+                    // The peer's half-close does not stop our sending.
+                    Want::Write(_) | Want::Close => Step::Again,
+                }
+            }
+            Ok(ConnectionState::Closed) => {
+                *peer_closed = true;
+                Step::Closed
+            }
+            Ok(_) => {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "unexpected TLS state (early data)",
+                )));
+            }
+        };
+        rx.consume(discard);
+        Poll::Ready(Ok(step))
+    }
+
+    /// Turn a TLS error into an I/O error, sending the alert rustls queued
+    /// for the peer if the socket takes it at once.
+    fn fail(&mut self, e: rustls::Error) -> io::Error {
+        if let Ok(ConnectionState::EncodeTlsData(mut enc)) = self.conn.process(&mut []).state {
+            let mut alert = [0u8; 64];
+            if let Ok(n) = enc.encode(&mut alert) {
+                let _ = self.io.try_write(&alert[..n]);
+            }
+        }
+        self.rx.clear();
+        self.tx.clear();
+        tls_err(e)
+    }
+
+    fn poll_handshake(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            match ready!(self.step(cx, Want::Handshake))? {
+                Step::Again => {}
+                // A TLS 1.3 server may send before the client's Finished;
+                // the handshake is complete only once that has arrived.
+                Step::Done if !self.conn.is_handshaking() => return Poll::Ready(Ok(())),
+                Step::Done | Step::Read => {
+                    if !ready!(self.poll_fill(cx))? {
+                        return Poll::Ready(Err(eof(
+                            "TLS handshake: the peer closed the connection",
+                        )));
+                    }
+                }
+                Step::Closed => {
+                    return Poll::Ready(Err(eof("TLS handshake: the peer closed the connection")));
+                }
+            }
+        }
+    }
+}
+
+impl<C: Side> AsyncRead for TlsIo<C> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            if this.plain_pos < this.plain.len() {
+                let n = (this.plain.len() - this.plain_pos).min(buf.remaining());
+                buf.put_slice(&this.plain[this.plain_pos..this.plain_pos + n]);
+                this.plain_pos += n;
+                if this.plain_pos == this.plain.len() {
+                    this.plain = Vec::new();
+                    this.plain_pos = 0;
+                }
+                return Poll::Ready(Ok(()));
+            }
+            if this.peer_closed {
+                return Poll::Ready(Ok(()));
+            }
+            match ready!(this.step(cx, Want::Read(buf)))? {
+                Step::Again => {}
+                Step::Done | Step::Closed => return Poll::Ready(Ok(())),
+                Step::Read => {
+                    if !ready!(this.poll_fill(cx))? {
+                        // TCP closed without close_notify: a peer that
+                        // crashed or a truncation, never a clean end.
+                        return Poll::Ready(Err(eof(
+                            "peer closed connection without sending TLS close_notify",
+                        )));
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl<C: Side> AsyncWrite for TlsIo<C> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        // Records the socket has not taken yet come first: back-pressure.
+        ready!(this.poll_send(cx))?;
+        if buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        if this.close_sent {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        }
+        let n = buf.len().min(MAX_PLAINTEXT);
+        loop {
+            match ready!(this.step(cx, Want::Write(&buf[..n])))? {
+                Step::Again => {}
+                Step::Done => break,
+                Step::Read => {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::NotConnected,
+                        "TLS write before the handshake completed",
+                    )));
+                }
+                Step::Closed => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
+            }
+        }
+        // Hand the record to the socket now; what it does not take waits in
+        // `tx` and holds back the next write.
+        match this.poll_send(cx) {
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            _ => Poll::Ready(Ok(n)),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_send(cx))?;
+        Pin::new(&mut this.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_send(cx))?;
+        while !this.close_sent {
+            match ready!(this.step(cx, Want::Close))? {
+                Step::Again => {}
+                Step::Done | Step::Closed | Step::Read => this.close_sent = true,
+            }
+        }
+        ready!(this.poll_send(cx))?;
+        Pin::new(&mut this.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::{RootCertStore, pki_types::PrivatePkcs8KeyDer};
+    use tokio::{
+        io::{AsyncReadExt, AsyncWriteExt},
+        net::TcpListener,
+    };
+
+    /// A CA-less pair: the client trusts the server's self-signed leaf.
+    fn configs() -> (Arc<ServerConfig>, Arc<ClientConfig>) {
+        let provider = crate::proxy::tls::provider();
+        let leaf = rcgen::generate_simple_self_signed(vec!["api.example.com".to_string()]).unwrap();
+        let der = leaf.cert.der().clone();
+        let key = PrivatePkcs8KeyDer::from(leaf.signing_key.serialize_der()).into();
+        let mut server = ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![der.clone()], key)
+            .unwrap();
+        server.send_tls13_tickets = 2;
+        let mut roots = RootCertStore::empty();
+        roots.add(der).unwrap();
+        let client = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        (Arc::new(server), Arc::new(client))
+    }
+
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap());
+        let (c, s) = tokio::join!(c, l.accept());
+        (c.unwrap(), s.unwrap().0)
+    }
+
+    fn name() -> ServerName<'static> {
+        ServerName::try_from("api.example.com").unwrap()
+    }
+
+    /// Our server and our client: data both ways, records larger than one
+    /// read, a reader with a tiny buffer, a clean close seen as EOF, and no
+    /// buffer held while idle.
+    #[tokio::test]
+    async fn our_client_and_server_talk_and_hold_no_buffer_while_idle() {
+        let (server_cfg, client_cfg) = configs();
+        let (c, s) = pair().await;
+        let server = tokio::spawn(async move {
+            let mut t = ServerTls::accept(server_cfg, s, Vec::new()).await.unwrap();
+            let mut got = vec![0u8; 100_000];
+            t.read_exact(&mut got).await.unwrap();
+            assert!(
+                t.rx.buf.is_empty() && t.tx.buf.is_empty(),
+                "idle server holds a buffer"
+            );
+            t.write_all(&got).await.unwrap();
+            t.flush().await.unwrap();
+            // One byte at a time: the rest of a record waits in the stash.
+            let mut small = [0u8; 1];
+            let mut line = Vec::new();
+            while line.last() != Some(&b'\n') {
+                t.read_exact(&mut small).await.unwrap();
+                line.push(small[0]);
+            }
+            assert_eq!(line, b"hello, tiny reader\n");
+            t.shutdown().await.unwrap();
+            let mut rest = Vec::new();
+            t.read_to_end(&mut rest).await.unwrap();
+            assert!(rest.is_empty());
+        });
+        let mut t = ClientTls::connect(client_cfg, name(), c).await.unwrap();
+        let payload: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        t.write_all(&payload).await.unwrap();
+        t.flush().await.unwrap();
+        let mut back = vec![0u8; payload.len()];
+        t.read_exact(&mut back).await.unwrap();
+        assert_eq!(back, payload);
+        assert!(
+            t.rx.buf.is_empty() && t.tx.buf.is_empty(),
+            "idle client holds a buffer"
+        );
+        t.write_all(b"hello, tiny reader\n").await.unwrap();
+        t.flush().await.unwrap();
+        let mut rest = Vec::new();
+        t.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
+        t.shutdown().await.unwrap();
+        server.await.unwrap();
+    }
+
+    /// Interoperates with rustls's buffered connections (tokio-rustls) on
+    /// the other side, and the second upstream connection resumes the
+    /// session with the ticket the server issued on the first.
+    #[tokio::test]
+    async fn interoperates_with_tokio_rustls_and_resumes() {
+        let (server_cfg, client_cfg) = configs();
+        let acceptor = tokio_rustls::TlsAcceptor::from(server_cfg.clone());
+        let mut kinds = Vec::new();
+        for _ in 0..2 {
+            let (c, s) = pair().await;
+            let acceptor = acceptor.clone();
+            let server = tokio::spawn(async move {
+                let mut t = acceptor.accept(s).await.unwrap();
+                let mut buf = [0u8; 4];
+                t.read_exact(&mut buf).await.unwrap();
+                t.write_all(b"pong").await.unwrap();
+                t.shutdown().await.unwrap();
+                buf
+            });
+            let mut t = ClientTls::connect(client_cfg.clone(), name(), c)
+                .await
+                .unwrap();
+            t.write_all(b"ping").await.unwrap();
+            let mut got = Vec::new();
+            t.read_to_end(&mut got).await.unwrap();
+            assert_eq!(got, b"pong");
+            assert_eq!(&server.await.unwrap(), b"ping");
+            kinds.push(t.conn().handshake_kind());
+        }
+        assert_eq!(
+            kinds,
+            vec![
+                Some(rustls::HandshakeKind::Full),
+                Some(rustls::HandshakeKind::Resumed)
+            ]
+        );
+
+        // tokio-rustls client against our server, the ClientHello already
+        // read by the caller (as the proxy reads it to route).
+        let (c, s) = pair().await;
+        let server = tokio::spawn(async move {
+            let mut s = s;
+            let mut first = vec![0u8; 5];
+            s.read_exact(&mut first).await.unwrap();
+            let mut t = ServerTls::accept(server_cfg, s, first).await.unwrap();
+            let mut buf = [0u8; 4];
+            t.read_exact(&mut buf).await.unwrap();
+            t.write_all(b"pong").await.unwrap();
+            t.shutdown().await.unwrap();
+        });
+        let connector = tokio_rustls::TlsConnector::from(client_cfg);
+        let mut t = connector.connect(name(), c).await.unwrap();
+        t.write_all(b"ping").await.unwrap();
+        let mut got = Vec::new();
+        t.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"pong");
+        server.await.unwrap();
+    }
+
+    /// With tickets issued one per handshake (as Go's TLS stack does), the
+    /// proxy's session store keeps enough of them that connections opened
+    /// together all resume, not only the first eight.
+    #[tokio::test]
+    async fn concurrent_upstream_connections_all_resume() {
+        let (server_cfg, client_cfg) = configs();
+        let mut server_cfg = (*server_cfg).clone();
+        server_cfg.send_tls13_tickets = 1;
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_cfg));
+        let mut client_cfg = (*client_cfg).clone();
+        client_cfg.resumption =
+            rustls::client::Resumption::store(Arc::new(crate::proxy::tls::SessionStore::default()));
+        let client_cfg = Arc::new(client_cfg);
+        let round = |n: usize| {
+            let (acceptor, client_cfg) = (acceptor.clone(), client_cfg.clone());
+            async move {
+                let mut open = Vec::new();
+                for _ in 0..n {
+                    let (c, s) = pair().await;
+                    let acceptor = acceptor.clone();
+                    tokio::spawn(async move {
+                        let mut t = acceptor.accept(s).await.unwrap();
+                        t.write_all(b"pong").await.unwrap();
+                        let mut rest = Vec::new();
+                        let _ = t.read_to_end(&mut rest).await;
+                    });
+                    open.push(ClientTls::connect(client_cfg.clone(), name(), c));
+                }
+                let mut conns = futures::future::try_join_all(open).await.unwrap();
+                let mut resumed = 0;
+                for t in &mut conns {
+                    let mut buf = [0u8; 4];
+                    t.read_exact(&mut buf).await.unwrap();
+                    resumed += usize::from(
+                        t.conn().handshake_kind() == Some(rustls::HandshakeKind::Resumed),
+                    );
+                }
+                resumed
+            }
+        };
+        // rustls's own memory cache resumes 8 of these 20 (its stock per
+        // server), ours all of them.
+        assert_eq!(round(20).await, 0);
+        assert_eq!(round(20).await, 20);
+    }
+
+    /// A TCP close without close_notify is an error (truncation), not EOF;
+    /// a client that is not TLS fails the handshake.
+    #[tokio::test]
+    async fn truncation_and_garbage_are_errors() {
+        let (server_cfg, client_cfg) = configs();
+        let (c, s) = pair().await;
+        let server = tokio::spawn(async move {
+            let t = ServerTls::accept(server_cfg.clone(), s, Vec::new())
+                .await
+                .unwrap();
+            drop(t);
+            let (mut c, s) = pair().await;
+            c.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+            ServerTls::accept(server_cfg, s, Vec::new()).await.err()
+        });
+        let mut t = ClientTls::connect(client_cfg, name(), c).await.unwrap();
+        let mut buf = [0u8; 16];
+        let e = t.read(&mut buf).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        let e = server.await.unwrap().expect("plain HTTP is refused");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    /// What an idle reencrypt connection holds inline for its two TLS
+    /// streams (the rest is rustls's boxed state and keys): kept in check
+    /// so that a rustls upgrade that grows it shows up here.
+    #[test]
+    fn tls_streams_stay_small() {
+        let server = std::mem::size_of::<super::ServerTls>();
+        let client = std::mem::size_of::<super::ClientTls>();
+        eprintln!("ServerTls {server} B, ClientTls {client} B");
+        assert!(server + client <= 4096, "{server} + {client} bytes");
+    }
+}
