@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds a real Kubernetes control plane from the Go module proxy, once per
 # version, into a cache outside the checkout:
-#   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok.
+#   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy
+#   (the data-path tests program real iptables rules in a network namespace), kwok.
 # A second run with the binaries present returns at once.
 #
 # kube-apiserver and friends live in the k8s.io/kubernetes module, whose
@@ -20,7 +21,7 @@ cache="${HCP_KUBE_CACHE:-$HOME/.cache/hcp-ingress/kube}/$KUBE_VERSION"
 bin="$cache/bin"
 if [[ "${1:-}" == "--print-bin-dir" ]]; then echo "$bin"; exit 0; fi
 
-want=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwok-stages.yaml)
+want=(etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kwok kwok-stages.yaml)
 missing=0
 for b in "${want[@]}"; do [[ -x "$bin/$b" ]] || missing=1; done
 if [[ $missing == 0 ]]; then echo "$bin"; exit 0; fi
@@ -55,7 +56,7 @@ build_kube() {
   # `kubectl version` and discovery report the release, as in a released binary.
   local minor_number="${KUBE_VERSION#v1.}"; minor_number="${minor_number%%.*}"
   local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor_number"
-  for cmd in kube-apiserver kube-controller-manager kube-scheduler; do
+  for cmd in kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do
     [[ -x "$bin/$cmd" ]] && continue
     log "building $cmd $KUBE_VERSION (minutes on 2 cores the first time)"
     (cd "$dir" && go build -trimpath -ldflags "$ldflags" -o "$bin/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd") && mv "$bin/$cmd.tmp" "$bin/$cmd"

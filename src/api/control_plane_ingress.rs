@@ -66,6 +66,9 @@ use super::rules::{dns1123_subdomain_schema, port_schema};
     validation = Rule::new("!has(self.spec.route) || !has(self.spec.route.controller) || self.spec.route.controller != 'gateway' || (has(self.spec.route.gateway) && size(self.spec.route.gateway.parentRefs) > 0)")
         .message("needs at least one Gateway when spec.route.controller is gateway")
         .field_path(".spec.route.gateway.parentRefs"),
+    validation = Rule::new("!has(self.spec.upstream) || !has(self.spec.upstream.takeOverNodeProxy) || !self.spec.upstream.takeOverNodeProxy || (self.spec.upstream.provider == 'k0smotron' && has(self.spec.upstream.nodeProxy) && (!has(self.spec.proxy) || !has(self.spec.proxy.steering) || self.spec.proxy.steering == 'advertise-address'))")
+        .message("takes over only k0smotron's node proxy (spec.upstream.provider k0smotron, spec.upstream.nodeProxy set), with spec.proxy.steering advertise-address")
+        .field_path(".spec.upstream.takeOverNodeProxy"),
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ControlPlaneIngressSpec {
@@ -134,6 +137,22 @@ pub struct UpstreamSpec {
     /// then installs none and leaves `default/kubernetes` to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_proxy: Option<UpstreamObject>,
+    /// Replace the provider's node proxy by hcp-ingress's: install ours beside
+    /// it, steer `default/kubernetes` to ours once it is ready on every node,
+    /// then ask the user to tell the provider to remove its own (k0smotron
+    /// only; steering `advertiseAddress`). Pods keep the API throughout.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub take_over_node_proxy: bool,
+}
+
+impl UpstreamSpec {
+    /// The provider's node proxy that hcp-ingress leaves in place: none when
+    /// the provider ships none, or when hcp-ingress takes it over.
+    pub fn kept_node_proxy(&self) -> Option<&UpstreamObject> {
+        self.node_proxy
+            .as_ref()
+            .filter(|_| !self.take_over_node_proxy)
+    }
 }
 
 /// An object created by the control plane's provider.

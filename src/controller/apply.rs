@@ -159,6 +159,32 @@ pub async fn force_fields(
     write(ctx, api, desired).await.map(drop)
 }
 
+/// Remove fields another manager set on an object that is not ours (a JSON
+/// or merge patch, with our field manager, behind the leader gate):
+/// server-side apply can only drop fields its own manager owns.
+pub async fn patch_fields(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    kind: &str,
+    name: &str,
+    patch: &Patch<serde_json::Value>,
+) -> Result<(), Error> {
+    ctx.leader.ensure_leader()?;
+    ctx.metrics.write(kind, "patch");
+    let params = PatchParams {
+        field_manager: Some(MANAGER.into()),
+        ..PatchParams::default()
+    };
+    api.patch(name, &params, patch)
+        .await
+        .map(drop)
+        .map_err(|source| Error::Apply {
+            kind: kind.into(),
+            name: name.into(),
+            source,
+        })
+}
+
 /// Delete an object we own, only if it is still the one we saw (uid precondition).
 pub async fn delete(
     ctx: &Context,

@@ -5,33 +5,35 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::{apps::v1::DaemonSet, core::v1::Service};
-use kube::{Api, Client, ResourceExt, api::DynamicObject};
+use k8s_openapi::api::core::v1::Service;
+use kube::{Api, Client, api::DynamicObject};
 
 mod ccm;
 mod cleanup;
 pub(super) mod client;
 mod failure;
+mod objects;
 mod outcome;
 mod steering;
+mod takeover;
 mod tls;
 mod upstream;
 
 pub(crate) use ccm::find_ccm_workloads;
 
 pub use cleanup::{Removal, cleanup};
-use failure::{Unreachable, api_error, apply_failed, resource_of};
+use failure::{Unreachable, api_error};
+use objects::{apply_object, proxy_ready};
 pub use outcome::{Outcome, control_plane_initialized};
 use outcome::{not_initialized, unreachable, workload_key};
 
 use super::{
-    apply,
     context::Context,
     status::{Desired, types},
 };
 use crate::{
     api::{ControlPlaneIngress, upstream::CapiCluster},
-    render::workload::{self, NAME, NAMESPACE, WorkloadInputs},
+    render::workload::{self, WorkloadInputs},
 };
 
 /// Bring the workload cluster to the desired state.
@@ -41,10 +43,13 @@ pub async fn reconcile(
     cluster: Option<&DynamicObject>,
 ) -> Outcome {
     let spec = workload::proxy_spec(cpi);
-    let upstream_proxy = cpi
+    let upstream_proxy = cpi.spec.upstream.as_ref().and_then(|u| u.kept_node_proxy());
+    // The provider's node proxy, when we take it over.
+    let taken_over = cpi
         .spec
         .upstream
         .as_ref()
+        .filter(|u| u.take_over_node_proxy)
         .and_then(|u| u.node_proxy.as_ref());
     if !spec.enabled || upstream_proxy.is_some() {
         return match cpi.status.as_ref().and_then(|s| s.proxy.as_ref()) {
@@ -67,7 +72,7 @@ pub async fn reconcile(
         Ok(client) => client,
         Err(u) => return unreachable(ctx, cpi, u),
     };
-    match install(ctx, cpi, cluster, &client).await {
+    match install(ctx, cpi, cluster, &client, taken_over).await {
         Ok(outcome) => {
             ctx.backoff.reset(&workload_key(cpi));
             outcome
@@ -142,6 +147,7 @@ async fn install(
     cpi: &ControlPlaneIngress,
     cluster: Option<&DynamicObject>,
     client: &Client,
+    taken_over: Option<&crate::api::UpstreamObject>,
 ) -> Result<Outcome, Unreachable> {
     let mut conditions = vec![Desired::ok(
         types::WORKLOAD_REACHABLE,
@@ -201,6 +207,24 @@ async fn install(
         Err(e) => return Ok(stopped(conditions, "InvalidSpec", e.to_string(), None)),
     };
 
+    // Taking over a provider's node proxy: ours ready on every node and the
+    // Service released from theirs before our steering is applied.
+    let mut released_now = false;
+    if let Some(theirs) = taken_over {
+        match takeover::prepare(ctx, client, &objects, theirs).await? {
+            takeover::Prepared::Waiting(waiting, proxy) => {
+                conditions.extend(waiting);
+                conditions.push(ccm::configure_ccm(ctx, cpi, client).await?);
+                return Ok(Outcome {
+                    conditions,
+                    proxy: Some(proxy),
+                    requeue: Some(ctx.settings.retry),
+                });
+            }
+            takeover::Prepared::Steer { released_now: now } => released_now = now,
+        }
+    }
+
     // Record what default/kubernetes holds before our first steering write,
     // and give back what another steering mode took (a switch is our change).
     let take_over = steering::take_over(ctx, client, spec.steering).await?;
@@ -229,6 +253,14 @@ async fn install(
         ctx.workload_clients
             .remember_drift(&workload_key(cpi), drift, ctx.settings.retry * 10);
     conditions.push(steering::steered(&objects, drift, switched));
+    if let Some(theirs) = taken_over {
+        let still = upstream::rollout(client, theirs).await?;
+        if still.is_some() {
+            // The provider removes its proxy when told to: look again.
+            requeue = Some(ctx.settings.retry);
+        }
+        takeover::report(ctx, cpi, &mut conditions, theirs, still, released_now).await;
+    }
     if conditions
         .last()
         .is_some_and(|c| c.status != super::status::Status::True)
@@ -236,35 +268,8 @@ async fn install(
         requeue = Some(ctx.settings.retry);
     }
 
-    // The DaemonSet's own report.
-    let daemon_sets: Api<DaemonSet> = Api::namespaced(client.clone(), NAMESPACE);
-    let ds = daemon_sets
-        .get_opt(NAME)
-        .await
-        .map_err(|e| api_error("read the proxy DaemonSet", e))?;
-    let (desired, ready) = ds
-        .and_then(|d| d.status)
-        .map(|s| (s.desired_number_scheduled, s.number_ready))
-        .unwrap_or((0, 0));
-    conditions.push(if desired > 0 && ready == desired {
-        Desired::ok(
-            types::PROXY_READY,
-            "AllNodesReady",
-            format!("{ready}/{desired} nodes run a ready proxy"),
-        )
-    } else if desired == 0 {
-        Desired::unknown(
-            types::PROXY_READY,
-            "NoNodes",
-            "the proxy DaemonSet has no node scheduled yet",
-        )
-    } else {
-        Desired::failed(
-            types::PROXY_READY,
-            "NodesNotReady",
-            format!("{ready}/{desired} nodes run a ready proxy"),
-        )
-    });
+    let (ready_condition, (desired, ready)) = proxy_ready(client).await?;
+    conditions.push(ready_condition);
     if desired == 0 || ready < desired {
         requeue = Some(ctx.settings.retry);
     }
@@ -290,27 +295,4 @@ fn stopped(
         proxy: None,
         requeue,
     }
-}
-
-/// Apply one object; returns what was there before (what the write was decided on).
-async fn apply_object(
-    ctx: &Context,
-    client: &Client,
-    object: DynamicObject,
-) -> Result<Option<DynamicObject>, Unreachable> {
-    let resource = resource_of(&object);
-    let namespace = object.namespace().unwrap_or_default();
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
-    let name = object.name_any();
-    let existing = api
-        .get_opt(&name)
-        .await
-        .map_err(|e| api_error(&format!("read {} {namespace}/{name}", resource.kind), e))?;
-    // The `kubernetes` Service is not ours: apply only our fields, no marker annotation.
-    let result = if resource.kind == "Service" {
-        apply::apply_fields(ctx, &api, object, existing.as_ref()).await
-    } else {
-        apply::apply(ctx, &api, object, existing.as_ref()).await
-    };
-    result.map(|_| existing).map_err(apply_failed)
 }

@@ -326,7 +326,7 @@ async fn workload_checks(
             .spec
             .upstream
             .as_ref()
-            .is_none_or(|u| u.node_proxy.is_none());
+            .is_none_or(|u| u.kept_node_proxy().is_none());
     out.push(checks::proxy(cpi, ours, state.daemon_set.as_ref()));
     out.push(checks::ccm(cpi, &state.ccm_found, &state.ccm_missing));
     out

@@ -9,6 +9,7 @@ mod ccm;
 mod proxy;
 mod shared;
 mod steering;
+mod takeover;
 
 use std::{net::IpAddr, time::SystemTime};
 
@@ -24,7 +25,7 @@ pub use proxy::{
     ADMIN_PORT, CONFIG_DIR, CONFIG_FILE, RESTART_HASH_ANNOTATION, TLS_DIR, proxy_capabilities,
     proxy_config, proxy_port,
 };
-use shared::dynamic;
+pub use shared::dynamic;
 pub use shared::{
     DEFAULT_CLUSTER_DOMAIN, DEFAULT_IMAGE, DEFAULT_SERVICE_IP, ENDPOINT_SLICE_MANAGER, NAME,
     NAME_LABEL, NAMESPACE, ProxyTls, SKIP_MIRROR_LABEL, WorkloadError, WorkloadInputs, own_labels,
@@ -33,6 +34,9 @@ pub use shared::{
 pub use steering::{
     RECORD_KEY, RECORD_NAME, Restore, ServiceFields, SteeringRecord, parse_record, record,
     record_config_map, restore,
+};
+pub use takeover::{
+    K0S_STACK_LABEL, K0SMOTRON_STOP_PATCH, ServiceRelease, pending, service_release,
 };
 
 use crate::{

@@ -84,7 +84,7 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
                 .collect(),
         );
     }
-    let upstream = k0smotron::upstream(source, &control_plane, &ingress);
+    let upstream = k0smotron::upstream(source, &control_plane, &ingress)?;
     Ok(k0smotron::assemble(
         source.name().to_string(),
         k0smotron::ingress_spec(source, ingress, "spec.config.ingress")?,

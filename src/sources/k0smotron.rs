@@ -104,7 +104,7 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
         },
         "spec.service",
     )?;
-    let upstream = upstream(source, &kmc, &ingress);
+    let upstream = upstream(source, &kmc, &ingress)?;
     Ok(assemble(
         source.cluster_name(),
         ingress_spec(source, ingress, "spec.ingress")?,
@@ -133,10 +133,39 @@ pub(super) fn assemble(
     }
 }
 
+/// Annotation on the object a user writes (K0smotronControlPlane, k0smotron
+/// Cluster, ClusterDeployment): `node-proxy` asks hcp-ingress to take the node
+/// proxy over from k0smotron (docs/ownership.md, the migration).
+pub const TAKE_OVER_ANNOTATION: &str = "hcp-ingress.dev/take-over";
+/// The one value of [`TAKE_OVER_ANNOTATION`].
+pub const TAKE_OVER_NODE_PROXY: &str = "node-proxy";
+
 /// What k0smotron does itself for the k0smotron `Cluster` `name`: its
 /// Ingress carries both hosts.
-pub(super) fn upstream(source: &Source<'_>, name: &str, ingress: &UpstreamIngress) -> UpstreamSpec {
-    UpstreamSpec {
+pub(super) fn upstream(
+    source: &Source<'_>,
+    name: &str,
+    ingress: &UpstreamIngress,
+) -> Result<UpstreamSpec, SourceError> {
+    let take_over = match source
+        .obj
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(TAKE_OVER_ANNOTATION))
+    {
+        None => false,
+        Some(v) if v == TAKE_OVER_NODE_PROXY => true,
+        Some(v) => {
+            return Err(super::domain::invalid(
+                source,
+                &format!("metadata.annotations[{TAKE_OVER_ANNOTATION}]"),
+                format!("{v:?}: the only value is {TAKE_OVER_NODE_PROXY:?}"),
+            ));
+        }
+    };
+    Ok(UpstreamSpec {
+        take_over_node_proxy: take_over,
         provider: "k0smotron".into(),
         route: ingress.deploy.unwrap_or(true).then(|| UpstreamObject {
             kind: "Ingress".into(),
@@ -149,7 +178,7 @@ pub(super) fn upstream(source: &Source<'_>, name: &str, ingress: &UpstreamIngres
             name: HAPROXY_NAME.into(),
             namespace: Some(HAPROXY_NAMESPACE.into()),
         }),
-    }
+    })
 }
 
 /// The k0smotron ingress block as ours: same field names by design.

@@ -34,6 +34,7 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
             route: own_route(source, &tenant),
             // Kamaji's Gateway API mode: its TLSRoutes carry both hosts.
             route_includes_konnectivity: tenant.gateway,
+            take_over_node_proxy: false,
             node_proxy: None,
         }),
         ..spec

@@ -94,7 +94,7 @@ fn tenant_control_plane(
         .spec
         .upstream
         .as_ref()
-        .is_none_or(|u| u.node_proxy.is_none())
+        .is_none_or(|u| u.kept_node_proxy().is_none())
         && cpi
             .spec
             .proxy

@@ -85,6 +85,7 @@ pub(super) fn spec(source: &Source<'_>) -> Result<ControlPlaneIngressSpec, Sourc
             }),
             // Only Steward's IngressRouteTCP has a konnectivity rule.
             route_includes_konnectivity: flavor == Flavor::Traefik,
+            take_over_node_proxy: false,
             node_proxy: tcp_proxy.then(|| UpstreamObject {
                 kind: "Deployment".into(),
                 name: TCP_PROXY_NAME.into(),

@@ -239,6 +239,28 @@ fn k0smotron_keeps_its_ingress_and_haproxy_and_deploy_false_leaves_the_route_to_
 }
 
 #[test]
+fn the_take_over_annotation_asks_for_our_node_proxy_in_place_of_k0smotrons() {
+    let kcp = |annotation: &str| {
+        object(json!({
+            "apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "K0smotronControlPlane",
+            "metadata": {"name": "t-cp", "namespace": "ns", "uid": "u", "labels": {"cluster.x-k8s.io/cluster-name": "t"},
+                         "annotations": {"hcp-ingress.dev/take-over": annotation}},
+            "spec": {"ingress": {"apiHost": "api.t.example.com", "konnectivityHost": "konn.t.example.com"}},
+        }))
+    };
+    let cpi = derive(&kcp("node-proxy")).unwrap();
+    let upstream = cpi.spec.upstream.as_ref().unwrap();
+    assert!(upstream.take_over_node_proxy);
+    assert_eq!(upstream.kept_node_proxy(), None, "ours replaces it");
+    let err = derive(&kcp("yes")).unwrap_err().to_string();
+    assert!(
+        err.contains("metadata.annotations[hcp-ingress.dev/take-over]")
+            && err.contains("node-proxy"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_minimal_cluster_deployment_gets_the_hosted_cp_template_defaults() {
     let cd = object(json!({
         "apiVersion": "k0rdent.mirantis.com/v1beta1", "kind": "ClusterDeployment",

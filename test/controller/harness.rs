@@ -452,20 +452,46 @@ pub async fn wait_condition(
     type_: &str,
     status: &str,
 ) -> (String, String) {
+    wait_condition_with(client, name, type_, status, None, Duration::from_secs(60)).await
+}
+
+/// Like [`wait_condition`], until the condition also has `reason` (steps of
+/// a longer process that keep one status), within `within`; returns the message.
+pub async fn wait_reason(
+    client: &Client,
+    name: &str,
+    (type_, status, reason): (&str, &str, &str),
+    within: Duration,
+) -> String {
+    wait_condition_with(client, name, type_, status, Some(reason), within)
+        .await
+        .1
+}
+
+async fn wait_condition_with(
+    client: &Client,
+    name: &str,
+    type_: &str,
+    status: &str,
+    reason: Option<&str>,
+    within: Duration,
+) -> (String, String) {
     let api = cpis(client);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let deadline = tokio::time::Instant::now() + within;
     loop {
         let cpi = api.get_opt(name).await.ok().flatten();
         if let Some(cpi) = &cpi
-            && let Some((s, reason, message)) = condition(cpi, type_)
+            && let Some((s, r, message)) = condition(cpi, type_)
             && s == status
+            && reason.is_none_or(|want| want == r)
             && cpi.status.as_ref().and_then(|s| s.observed_generation) == cpi.metadata.generation
         {
-            return (reason, message);
+            return (r, message);
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "timed out waiting for {name} {type_}={status}; last seen: {:#?}",
+            "timed out waiting for {name} {type_}={status} ({}); last seen: {:#?}",
+            reason.unwrap_or("any reason"),
             cpi.and_then(|c| c.status).map(|s| s.conditions)
         );
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -7,5 +7,6 @@ mod faults;
 mod harness;
 mod management;
 mod secrets;
+mod takeover;
 mod upstreams;
 mod workload;

@@ -5,7 +5,7 @@
 //! (the record itself is removed last, with the proxy's objects).
 
 use k8s_openapi::api::{
-    core::v1::{ConfigMap, Endpoints, Service},
+    core::v1::{ConfigMap, Endpoints, Pod, Service},
     discovery::v1::EndpointSlice,
 };
 use kube::{Api, Client, ResourceExt, api::DynamicObject};
@@ -72,6 +72,46 @@ async fn write_record(
         .map_err(apply_failed)
 }
 
+/// Record what `default/kubernetes` holds now and store the record.
+async fn record_now(ctx: &Context, client: &Client) -> Result<SteeringRecord, Unreachable> {
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let endpoints: Api<Endpoints> = Api::namespaced(client.clone(), "default");
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
+    let service = services
+        .get_opt("kubernetes")
+        .await
+        .map_err(|e| api_error("read Service default/kubernetes", e))?;
+    let live_endpoints = endpoints
+        .get_opt("kubernetes")
+        .await
+        .map_err(|e| api_error("read Endpoints default/kubernetes", e))?;
+    let slice = slices
+        .get_opt("kubernetes")
+        .await
+        .map_err(|e| api_error("read EndpointSlice default/kubernetes", e))?;
+    let record = workload::record(service.as_ref(), live_endpoints.as_ref(), slice.as_ref());
+    write_record(ctx, client, &record).await?;
+    Ok(record)
+}
+
+/// Before address steering takes the Service's selector from a provider's
+/// node proxy: the record exists and says so, so that a give-back selects
+/// the provider's proxy again.
+pub(super) async fn record_service_release(
+    ctx: &Context,
+    client: &Client,
+) -> Result<(), Unreachable> {
+    let mut record = match read_record(client).await? {
+        Some(record) => record,
+        None => record_now(ctx, client).await?,
+    };
+    if !record.service_released {
+        record.service_released = true;
+        write_record(ctx, client, &record).await?;
+    }
+    Ok(())
+}
+
 /// Before steering with `mode`: record what `default/kubernetes` holds (once,
 /// before our first write) and, when another mode was applied, give back
 /// what that one took.
@@ -82,27 +122,7 @@ pub async fn take_over(
 ) -> Result<TakeOver, Unreachable> {
     let mut record = match read_record(client).await? {
         Some(record) => record,
-        None => {
-            let services: Api<Service> = Api::namespaced(client.clone(), "default");
-            let endpoints: Api<Endpoints> = Api::namespaced(client.clone(), "default");
-            let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
-            let service = services
-                .get_opt("kubernetes")
-                .await
-                .map_err(|e| api_error("read Service default/kubernetes", e))?;
-            let live_endpoints = endpoints
-                .get_opt("kubernetes")
-                .await
-                .map_err(|e| api_error("read Endpoints default/kubernetes", e))?;
-            let slice = slices
-                .get_opt("kubernetes")
-                .await
-                .map_err(|e| api_error("read EndpointSlice default/kubernetes", e))?;
-            let record =
-                workload::record(service.as_ref(), live_endpoints.as_ref(), slice.as_ref());
-            write_record(ctx, client, &record).await?;
-            record
-        }
+        None => record_now(ctx, client).await?,
     };
     let mut switched = None;
     if let Some(previous) = record.applied.filter(|p| *p != mode) {
@@ -177,6 +197,29 @@ async fn steered_without_record(client: &Client) -> Result<bool, Unreachable> {
     Ok(ours || selected)
 }
 
+/// Whether a pod in `default` matching `selector` is Ready.
+async fn selects_a_ready_pod(
+    client: &Client,
+    selector: &std::collections::BTreeMap<String, String>,
+) -> Result<bool, Unreachable> {
+    let labels = selector
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let list = pods
+        .list(&kube::api::ListParams::default().labels(&labels))
+        .await
+        .map_err(|e| api_error(&format!("list pods {labels} in default"), e))?;
+    Ok(list.items.iter().any(|pod| {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    }))
+}
+
 fn is_ours(labels: &std::collections::BTreeMap<String, String>) -> bool {
     labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGER)
 }
@@ -191,6 +234,16 @@ async fn give_back_mode(
         Ok(restore) => restore,
         Err(why) => return Ok(Err(why)),
     };
+    if record.service_released
+        && let Some(selector) = &record.service.selector
+        && !selects_a_ready_pod(client, selector).await?
+    {
+        // The provider's proxy is gone (it was told to stop): giving its
+        // selector back would leave the Service without a single endpoint.
+        return Ok(Err(format!(
+            "the recorded selector {selector:?} of Service default/kubernetes selects no ready pod: the provider's node proxy is gone, and giving the selector back would cut pods off the API; have the provider deploy its proxy again (remove the spec.patches entry that stopped it), then delete again"
+        )));
+    }
     for object in restore.apply {
         let resource = resource_of(&object);
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &resource);

@@ -44,20 +44,8 @@ pub(super) async fn complement(
             "Connected",
             "the workload API answers through the kubeconfig Secret",
         )];
-        let namespace = upstream.namespace.as_deref().unwrap_or("default");
-        let resource = match upstream.kind.as_str() {
-            "Deployment" => ApiResource::erase::<Deployment>(&()),
-            _ => ApiResource::erase::<DaemonSet>(&()),
-        };
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
-        let live = api
-            .get_opt(&upstream.name)
-            .await
-            .map_err(|e| api_error(&format!("read {upstream}"), e))?;
-        let (desired, ready) = live
-            .as_ref()
-            .map(|o| upstream_rollout(&upstream.kind, o))
-            .unwrap_or((0, 0));
+        let live = rollout(&client, upstream).await?;
+        let (desired, ready) = live.unwrap_or((0, 0));
         let leave = format!("hcp-ingress installs no node proxy and leaves default/kubernetes to {provider}");
         let mut requeue = None;
         conditions.push(match live {
@@ -103,6 +91,24 @@ pub(super) async fn complement(
         }
         Err(u) => unreachable(ctx, cpi, u),
     }
+}
+
+/// Desired and ready pods of the provider's node proxy; `None` when it does not exist.
+pub(super) async fn rollout(
+    client: &kube::Client,
+    upstream: &UpstreamObject,
+) -> Result<Option<(i32, i32)>, Unreachable> {
+    let namespace = upstream.namespace.as_deref().unwrap_or("default");
+    let resource = match upstream.kind.as_str() {
+        "Deployment" => ApiResource::erase::<Deployment>(&()),
+        _ => ApiResource::erase::<DaemonSet>(&()),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    let live = api
+        .get_opt(&upstream.name)
+        .await
+        .map_err(|e| api_error(&format!("read {upstream}"), e))?;
+    Ok(live.as_ref().map(|o| upstream_rollout(&upstream.kind, o)))
 }
 
 /// Desired and ready pods of an upstream node proxy (DaemonSet or Deployment).

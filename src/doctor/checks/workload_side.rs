@@ -25,7 +25,7 @@ pub fn steering(
     service: Option<&Service>,
 ) -> Check {
     if let Some(upstream) = cpi.spec.upstream.as_ref()
-        && let Some(proxy) = &upstream.node_proxy
+        && let Some(proxy) = upstream.kept_node_proxy()
     {
         return Check::new(
             "steering",
@@ -83,7 +83,7 @@ pub fn proxy(cpi: &ControlPlaneIngress, enabled: bool, ds: Option<&DaemonSet>) -
     let name = "node proxy";
     let object = format!("DaemonSet {NAMESPACE}/{NAME}");
     if let Some(upstream) = cpi.spec.upstream.as_ref()
-        && let Some(proxy) = &upstream.node_proxy
+        && let Some(proxy) = upstream.kept_node_proxy()
     {
         return Check::new(
             name,

@@ -155,10 +155,8 @@ pub(super) fn typed<T: DeserializeOwned>(
     serde_json::from_value(value).map_err(|source| WorkloadError::Serialize { kind, source })
 }
 
-pub(super) fn dynamic<T: Serialize>(
-    obj: &T,
-    kind: &'static str,
-) -> Result<DynamicObject, WorkloadError> {
+/// A typed object as the DynamicObject the controller applies.
+pub fn dynamic<T: Serialize>(obj: &T, kind: &'static str) -> Result<DynamicObject, WorkloadError> {
     let value =
         serde_json::to_value(obj).map_err(|source| WorkloadError::Serialize { kind, source })?;
     serde_json::from_value(value).map_err(|source| WorkloadError::Serialize { kind, source })

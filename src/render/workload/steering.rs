@@ -54,6 +54,12 @@ pub struct SteeringRecord {
     /// original fields are unknown.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub service_unknown: bool,
+    /// Address steering took the Service's selector and
+    /// `internalTrafficPolicy` too (a provider's node proxy taken over): a
+    /// give-back restores them first, so the provider's proxy pods are
+    /// selected again before our endpoints go.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub service_released: bool,
 }
 
 /// The `default/kubernetes` Service fields service steering sets.
@@ -138,6 +144,7 @@ pub fn record(
         endpoints,
         endpoint_slice,
         service_unknown,
+        service_released: false,
     }
 }
 
@@ -173,39 +180,7 @@ pub fn parse_record(config_map: &ConfigMap) -> Result<SteeringRecord, String> {
 pub fn restore(record: &SteeringRecord, mode: Steering) -> Result<Restore, String> {
     match mode {
         Steering::Service => {
-            if record.service_unknown {
-                return Err(
-                    "Service default/kubernetes already selected the proxy when steering was recorded: its original selector is unknown".into(),
-                );
-            }
-            let mut spec = serde_json::Map::new();
-            let fields = &record.service;
-            if let Some(selector) = &fields.selector {
-                spec.insert("selector".into(), json!(selector));
-            }
-            if let Some(policy) = &fields.internal_traffic_policy {
-                spec.insert("internalTrafficPolicy".into(), json!(policy));
-            }
-            if let Some(publish) = fields.publish_not_ready_addresses {
-                spec.insert("publishNotReadyAddresses".into(), json!(publish));
-            }
-            let summary = format!(
-                "Service default/kubernetes: selector {}, internalTrafficPolicy {}",
-                fields
-                    .selector
-                    .as_ref()
-                    .map(|s| format!("{s:?}"))
-                    .unwrap_or_else(|| "removed".into()),
-                fields
-                    .internal_traffic_policy
-                    .as_deref()
-                    .unwrap_or("default"),
-            );
-            let patch = dynamic(json!({
-                "apiVersion": "v1", "kind": "Service",
-                "metadata": {"name": "kubernetes", "namespace": "default"},
-                "spec": spec,
-            }))?;
+            let (patch, summary) = service_fields(record)?;
             Ok(Restore {
                 apply: vec![patch],
                 delete_endpoint_slice: false,
@@ -213,73 +188,122 @@ pub fn restore(record: &SteeringRecord, mode: Steering) -> Result<Restore, Strin
             })
         }
         Steering::AdvertiseAddress => {
-            let Some(endpoints) = &record.endpoints else {
-                return Err(
-                    "Endpoints default/kubernetes did not exist (or were already steered) before steering: there are no addresses to give back; run the API server with its endpoint reconciler, or write them, then delete again".into(),
-                );
-            };
-            let mut apply = vec![dynamic(json!({
-                "apiVersion": "v1", "kind": "Endpoints",
-                "metadata": {"name": "kubernetes", "namespace": "default", "labels": endpoints["labels"]},
-                "subsets": endpoints["subsets"],
-            }))?];
-            let mut delete_endpoint_slice = false;
-            match &record.endpoint_slice {
-                Some(slice) => {
-                    let mut labels = slice["labels"].clone();
-                    // The slice must stay tied to the Service whatever it held.
-                    labels[SERVICE_NAME_LABEL] = json!("kubernetes");
-                    apply.push(dynamic(json!({
-                        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-                        "metadata": {"name": "kubernetes", "namespace": "default", "labels": labels},
-                        "addressType": slice["addressType"],
-                        "endpoints": slice["endpoints"],
-                        "ports": slice["ports"],
-                    }))?);
-                }
-                // We created it: it goes, kube-proxy then uses the Endpoints' mirror or the API server's own.
-                None => delete_endpoint_slice = true,
+            let mut restore = addresses(record)?;
+            if record.service_released {
+                let (patch, summary) = service_fields(record)?;
+                // The Service first: its selector makes the provider's proxy
+                // pods endpoints again before ours are taken away.
+                restore.apply.insert(0, patch);
+                restore.summary = format!("{summary}; {}", restore.summary);
             }
-            let addresses: Vec<String> = endpoints["subsets"]
+            Ok(restore)
+        }
+    }
+}
+
+/// The Service fields as recorded, as a partial Service, and in words.
+fn service_fields(record: &SteeringRecord) -> Result<(DynamicObject, String), String> {
+    if record.service_unknown {
+        return Err(
+            "Service default/kubernetes already selected the proxy when steering was recorded: its original selector is unknown".into(),
+        );
+    }
+    let mut spec = serde_json::Map::new();
+    let fields = &record.service;
+    if let Some(selector) = &fields.selector {
+        spec.insert("selector".into(), json!(selector));
+    }
+    if let Some(policy) = &fields.internal_traffic_policy {
+        spec.insert("internalTrafficPolicy".into(), json!(policy));
+    }
+    if let Some(publish) = fields.publish_not_ready_addresses {
+        spec.insert("publishNotReadyAddresses".into(), json!(publish));
+    }
+    let summary = format!(
+        "Service default/kubernetes: selector {}, internalTrafficPolicy {}",
+        fields
+            .selector
+            .as_ref()
+            .map(|s| format!("{s:?}"))
+            .unwrap_or_else(|| "removed".into()),
+        fields
+            .internal_traffic_policy
+            .as_deref()
+            .unwrap_or("default"),
+    );
+    let patch = dynamic(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "kubernetes", "namespace": "default"},
+        "spec": spec,
+    }))?;
+    Ok((patch, summary))
+}
+
+/// The Endpoints and EndpointSlice as recorded.
+fn addresses(record: &SteeringRecord) -> Result<Restore, String> {
+    let Some(endpoints) = &record.endpoints else {
+        return Err(
+            "Endpoints default/kubernetes did not exist (or were already steered) before steering: there are no addresses to give back; run the API server with its endpoint reconciler, or write them, then delete again".into(),
+        );
+    };
+    let mut apply = vec![dynamic(json!({
+        "apiVersion": "v1", "kind": "Endpoints",
+        "metadata": {"name": "kubernetes", "namespace": "default", "labels": endpoints["labels"]},
+        "subsets": endpoints["subsets"],
+    }))?];
+    let mut delete_endpoint_slice = false;
+    match &record.endpoint_slice {
+        Some(slice) => {
+            let mut labels = slice["labels"].clone();
+            // The slice must stay tied to the Service whatever it held.
+            labels[SERVICE_NAME_LABEL] = json!("kubernetes");
+            apply.push(dynamic(json!({
+                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": "kubernetes", "namespace": "default", "labels": labels},
+                "addressType": slice["addressType"],
+                "endpoints": slice["endpoints"],
+                "ports": slice["ports"],
+            }))?);
+        }
+        // We created it: it goes, kube-proxy then uses the Endpoints' mirror or the API server's own.
+        None => delete_endpoint_slice = true,
+    }
+    let addresses: Vec<String> = endpoints["subsets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| {
+            let ports: Vec<String> = s["ports"]
                 .as_array()
                 .into_iter()
                 .flatten()
-                .flat_map(|s| {
-                    let ports: Vec<String> = s["ports"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .map(|p| p["port"].to_string())
-                        .collect();
-                    s["addresses"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .map(move |a| {
-                            format!("{}:{}", a["ip"].as_str().unwrap_or("?"), ports.join(","))
-                        })
-                        .collect::<Vec<_>>()
-                })
+                .map(|p| p["port"].to_string())
                 .collect();
-            Ok(Restore {
-                apply,
-                delete_endpoint_slice,
-                summary: format!(
-                    "Endpoints{} default/kubernetes back at {}",
-                    if record.endpoint_slice.is_some() {
-                        " and EndpointSlice"
-                    } else {
-                        ""
-                    },
-                    if addresses.is_empty() {
-                        "no address (as they were)".to_string()
-                    } else {
-                        addresses.join(" ")
-                    }
-                ),
-            })
-        }
-    }
+            s["addresses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(move |a| format!("{}:{}", a["ip"].as_str().unwrap_or("?"), ports.join(",")))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    Ok(Restore {
+        apply,
+        delete_endpoint_slice,
+        summary: format!(
+            "Endpoints{} default/kubernetes back at {}",
+            if record.endpoint_slice.is_some() {
+                " and EndpointSlice"
+            } else {
+                ""
+            },
+            if addresses.is_empty() {
+                "no address (as they were)".to_string()
+            } else {
+                addresses.join(" ")
+            }
+        ),
+    })
 }
 
 fn dynamic(value: Value) -> Result<DynamicObject, String> {
@@ -387,5 +411,35 @@ mod tests {
         let restore = restore(&record, Steering::AdvertiseAddress).unwrap();
         assert_eq!(restore.apply.len(), 1);
         assert!(restore.delete_endpoint_slice);
+    }
+
+    #[test]
+    fn a_released_service_gets_its_selector_back_before_the_addresses() {
+        let mut record = record(
+            Some(&service(
+                Some(json!({"app": "k0smotron-haproxy"})),
+                Some("Local"),
+            )),
+            Some(&endpoints("10.213.0.2", false)),
+            None,
+        );
+        record.service_released = true;
+        let given_back = restore(&record, Steering::AdvertiseAddress).unwrap();
+        let kinds: Vec<String> = given_back
+            .apply
+            .iter()
+            .map(|o| o.types.as_ref().unwrap().kind.clone())
+            .collect();
+        assert_eq!(kinds, ["Service", "Endpoints"]);
+        let service = serde_json::to_value(&given_back.apply[0]).unwrap();
+        assert_eq!(
+            service["spec"],
+            json!({"selector": {"app": "k0smotron-haproxy"}, "internalTrafficPolicy": "Local"})
+        );
+        assert!(given_back.delete_endpoint_slice, "ours goes last");
+        // Without the release, address steering never touched the Service.
+        record.service_released = false;
+        let given_back = restore(&record, Steering::AdvertiseAddress).unwrap();
+        assert_eq!(given_back.apply.len(), 1);
     }
 }

@@ -83,6 +83,9 @@ pub struct Options {
     pub admission_plugins: Vec<String>,
     /// The address the API server advertises in `default/kubernetes`.
     pub advertise_address: String,
+    /// More DNS names on the serving certificate (a tenant's `apiHost`, for
+    /// tests that reach the API server through an SNI-routing ingress).
+    pub extra_sans: Vec<String>,
 }
 
 impl Default for Options {
@@ -95,6 +98,7 @@ impl Default for Options {
             endpoint_reconciler: "lease".into(),
             admission_plugins: Vec::new(),
             advertise_address: "192.0.2.10".into(),
+            extra_sans: Vec::new(),
         }
     }
 }
@@ -104,6 +108,7 @@ pub struct Cluster {
     dir: tempfile::TempDir,
     url: String,
     ca_pem: String,
+    ca_key_pem: String,
     admin_token: String,
     cluster_admin_token: String,
     // Stopped in reverse order of start on drop.
@@ -167,7 +172,7 @@ impl Cluster {
             .map_err(|e| Error::Io(std::env::temp_dir(), e))?;
         let path = |name: &str| dir.path().join(name);
 
-        let pki = pki::generate()?;
+        let pki = pki::generate(&opts.extra_sans)?;
         write(&path("ca.crt"), &pki.ca_pem)?;
         write(&path("apiserver.crt"), &pki.serving_cert_pem)?;
         write(&path("apiserver.key"), &pki.serving_key_pem)?;
@@ -253,6 +258,7 @@ impl Cluster {
         let mut cluster = Cluster {
             url,
             ca_pem: pki.ca_pem,
+            ca_key_pem: pki.ca_key_pem,
             admin_token,
             cluster_admin_token,
             processes,
@@ -392,13 +398,33 @@ impl Cluster {
 
     /// Registers a simulated node `name` (kwok keeps it Ready and runs its pods).
     pub async fn add_node(&self, name: &str) -> Result<(), Error> {
-        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+        self.create_node(serde_json::json!({
             "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "type": "kwok"},
                          "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"}},
             "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
                        "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"}}
         }))
-        .expect("a valid Node");
+        .await
+    }
+
+    /// Registers a Ready node `name` with `address` as its InternalIP, that
+    /// no simulator manages: the test runs its pods itself (see the data-path
+    /// tests, which start real processes in a network namespace for them).
+    pub async fn add_real_node(&self, name: &str, address: &str) -> Result<(), Error> {
+        self.create_node(serde_json::json!({
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}},
+            "status": {"allocatable": {"cpu": "2", "memory": "8Gi", "pods": "110"},
+                       "capacity": {"cpu": "2", "memory": "8Gi", "pods": "110"},
+                       "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}],
+                       "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "run by the test"}]}
+        }))
+        .await
+    }
+
+    async fn create_node(&self, value: serde_json::Value) -> Result<(), Error> {
+        let node: k8s_openapi::api::core::v1::Node =
+            serde_json::from_value(value).expect("a valid Node");
+        let name = node.metadata.name.clone().unwrap_or_default();
         let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(self.admin_client());
         api.create(&Default::default(), &node)
             .await
@@ -414,6 +440,17 @@ impl Cluster {
     /// The CA (PEM) that signed the API server's serving certificate.
     pub fn ca_pem(&self) -> &str {
         &self.ca_pem
+    }
+
+    /// The CA's private key (PEM): what CAPI keeps in `<cluster>-ca`, so a
+    /// test can hand the controller the very CA this API server trusts.
+    pub fn ca_key_pem(&self) -> &str {
+        &self.ca_key_pem
+    }
+
+    /// The admin token of [`CLUSTER_ADMIN_USER`] (what `<cluster>-kubeconfig` carries).
+    pub fn cluster_admin_token(&self) -> &str {
+        &self.cluster_admin_token
     }
 
     /// A kubeconfig of [`CLUSTER_ADMIN_USER`] (`system:masters`), as CAPI

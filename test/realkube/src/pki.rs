@@ -1,11 +1,12 @@
 //! A throw-away PKI per control plane: a CA, the API server's serving
-//! certificate for 127.0.0.1 and localhost, the ServiceAccount signing key and
+//! certificate for 127.0.0.1, localhost and any extra names, the ServiceAccount signing key and
 //! the admin token.
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose, SanType};
 
 pub struct Pki {
     pub ca_pem: String,
+    pub ca_key_pem: String,
     pub serving_cert_pem: String,
     pub serving_key_pem: String,
     pub service_account_key_pem: String,
@@ -13,7 +14,7 @@ pub struct Pki {
     pub admin_token: String,
 }
 
-pub fn generate() -> Result<Pki, rcgen::Error> {
+pub fn generate(extra_sans: &[String]) -> Result<Pki, rcgen::Error> {
     let ca_key = KeyPair::generate()?;
     let mut ca = CertificateParams::new(Vec::<String>::new())?;
     ca.distinguished_name
@@ -24,7 +25,9 @@ pub fn generate() -> Result<Pki, rcgen::Error> {
     let issuer = rcgen::Issuer::from_params(&ca, &ca_key);
 
     let serving_key = KeyPair::generate()?;
-    let mut serving = CertificateParams::new(vec!["localhost".to_string()])?;
+    let mut names = vec!["localhost".to_string()];
+    names.extend(extra_sans.iter().cloned());
+    let mut serving = CertificateParams::new(names)?;
     serving
         .distinguished_name
         .push(DnType::CommonName, "kube-apiserver");
@@ -45,6 +48,7 @@ pub fn generate() -> Result<Pki, rcgen::Error> {
         .collect();
     Ok(Pki {
         ca_pem: ca_cert.pem(),
+        ca_key_pem: ca_key.serialize_pem(),
         serving_cert_pem: serving_cert.pem(),
         serving_key_pem: serving_key.serialize_pem(),
         service_account_key_pem: service_account_key.serialize_pem(),
