@@ -2,13 +2,17 @@
 //! ingress: a conflict to report, never a reason to create a second route.
 //! Pure: the controller passes what its watch caches hold.
 
+use k8s_openapi::api::networking::v1::IngressSpec;
 use kube::{ResourceExt, api::DynamicObject};
 
 use super::shared::{RouteKind, host_routes};
 
 /// The ingress class annotation older Ingresses carry instead of `ingressClassName`.
 const INGRESS_CLASS_ANNOTATION: &str = "kubernetes.io/ingress.class";
-use crate::api::ControlPlaneIngress;
+use crate::api::{
+    ControlPlaneIngress,
+    upstream::{ingress_route_tcp::IngressRouteTcpSpec, part, tls_route::TlsRouteSpec},
+};
 
 /// True when `object`'s controller reference is `cpi`.
 pub fn controlled_by(object: &DynamicObject, cpi: &ControlPlaneIngress) -> bool {
@@ -44,43 +48,37 @@ pub fn controller_of(object: &DynamicObject) -> String {
 /// The host names an object of `kind` routes, and the ingress it asks for
 /// (an Ingress's class; `None` for kinds whose controller we cannot tell).
 pub fn routed_hosts(kind: RouteKind, object: &DynamicObject) -> (Vec<String>, Option<String>) {
-    let spec = object.data.get("spec");
-    let strings = |v: Option<&serde_json::Value>| -> Vec<String> {
-        v.and_then(|v| v.as_array())
-            .into_iter()
-            .flatten()
-            .filter_map(|h| h.as_str().map(str::to_string))
-            .collect()
-    };
+    // The API server validated the object; a spec that does not fit its type
+    // routes nothing we can name.
     match kind {
         RouteKind::Ingress => {
+            let spec: IngressSpec = part(object, "spec").unwrap_or_default();
             let hosts = spec
-                .and_then(|s| s.get("rules"))
-                .and_then(|r| r.as_array())
+                .rules
                 .into_iter()
                 .flatten()
-                .filter_map(|rule| rule.get("host").and_then(|h| h.as_str()))
-                .map(str::to_string)
+                .filter_map(|rule| rule.host)
                 .collect();
             let class = spec
-                .and_then(|s| s.get("ingressClassName"))
-                .and_then(|c| c.as_str())
-                .map(str::to_string)
+                .ingress_class_name
                 .or_else(|| object.annotations().get(INGRESS_CLASS_ANNOTATION).cloned());
             (hosts, class)
         }
         RouteKind::IngressRouteTcp => {
+            let spec: IngressRouteTcpSpec = part(object, "spec").unwrap_or_default();
             let hosts = spec
-                .and_then(|s| s.get("routes"))
-                .and_then(|r| r.as_array())
+                .routes
                 .into_iter()
                 .flatten()
-                .filter_map(|route| route.get("match").and_then(|m| m.as_str()))
-                .flat_map(host_sni)
+                .filter_map(|route| route.r#match)
+                .flat_map(|rule| host_sni(&rule))
                 .collect();
             (hosts, None)
         }
-        RouteKind::TlsRoute => (strings(spec.and_then(|s| s.get("hostnames"))), None),
+        RouteKind::TlsRoute => {
+            let spec: TlsRouteSpec = part(object, "spec").unwrap_or_default();
+            (spec.hostnames.unwrap_or_default(), None)
+        }
     }
 }
 

@@ -114,6 +114,18 @@ const GENERATED: &[Generated] = &[
             "spec.addons.tcpProxy{}",
         ],
     },
+    Generated {
+        file: "tls_route.rs",
+        crd: "gateway.networking.k8s.io_tlsroutes.yaml",
+        version: "v1",
+        keep: &["spec.hostnames"],
+    },
+    Generated {
+        file: "ingress_route_tcp.rs",
+        crd: "traefik.io_ingressroutetcps.yaml",
+        version: "v1alpha1",
+        keep: &["spec.routes.match"],
+    },
 ];
 
 /// kopium's flags: plain spec and status structs (the objects are watched
