@@ -4,7 +4,9 @@
 
 use std::net::IpAddr;
 
-use super::control_plane_ingress::{ControlPlaneIngress, ControlPlaneIngressSpec, Flavor};
+use super::control_plane_ingress::{
+    ControlPlaneIngress, ControlPlaneIngressSpec, Flavor, ParentRef,
+};
 pub use super::rules::*;
 
 /// Check every field of a ControlPlaneIngress: the schema's patterns and
@@ -55,6 +57,35 @@ fn validate_cel(cpi: &ControlPlaneIngress) -> Result<(), kube::core::cel::Valida
     CEL.with(|validator| validator.validate_compiled(&CEL_RULES, &object, None))
 }
 
+/// The TLSRoute CRD's rules for several references to one Gateway: they must
+/// all name a listener the same way (sectionName and port set alike), and
+/// never the same listener twice. Checked here so that a spec we accept never
+/// renders a TLSRoute the API server rejects.
+fn check_same_parent(earlier: &[ParentRef], parent: &ParentRef) -> Result<(), String> {
+    let namespace = |p: &ParentRef| p.namespace.clone().filter(|n| !n.is_empty());
+    let section = |p: &ParentRef| p.section_name.clone().filter(|s| !s.is_empty());
+    let port = |p: &ParentRef| p.port.filter(|p| *p != 0);
+    for (j, other) in earlier.iter().enumerate() {
+        if other.name != parent.name || namespace(other) != namespace(parent) {
+            continue;
+        }
+        if section(other).is_some() != section(parent).is_some()
+            || port(other).is_some() != port(parent).is_some()
+        {
+            return Err(format!(
+                "references Gateway {:?} like parentRefs[{j}] but names its listener differently: sectionName or port must be set alike on every reference to the same Gateway",
+                parent.name
+            ));
+        }
+        if section(other) == section(parent) && port(other) == port(parent) {
+            return Err(format!(
+                "repeats parentRefs[{j}]: sectionName or port must be unique when parentRefs refers to the same Gateway more than once"
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn check_fields(spec: &ControlPlaneIngressSpec) -> Vec<FieldError> {
     let mut errors = Vec::new();
     let mut check = |field: &str, result: Result<(), String>| {
@@ -101,13 +132,18 @@ fn check_fields(spec: &ControlPlaneIngressSpec) -> Vec<FieldError> {
             .as_ref()
             .and_then(|r| r.gateway.as_ref())
             .map(|g| g.parent_refs.as_slice());
-        for (i, parent) in refs.unwrap_or_default().iter().enumerate() {
+        let refs = refs.unwrap_or_default();
+        for (i, parent) in refs.iter().enumerate() {
             if let Some(port) = parent.port {
                 check(
                     &format!("spec.route.gateway.parentRefs[{i}].port"),
                     check_port(port.into()),
                 );
             }
+            check(
+                &format!("spec.route.gateway.parentRefs[{i}]"),
+                check_same_parent(&refs[..i], parent),
+            );
         }
     }
     if let Some(proxy) = &spec.proxy {
@@ -143,4 +179,44 @@ fn check_fields(spec: &ControlPlaneIngressSpec) -> Vec<FieldError> {
         }
     }
     errors
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gateway(name: &str, section: Option<&str>, port: Option<i32>) -> ParentRef {
+        ParentRef {
+            name: name.into(),
+            namespace: None,
+            section_name: section.map(String::from),
+            port,
+        }
+    }
+
+    #[test]
+    fn several_references_to_one_gateway_must_name_distinct_listeners_alike() {
+        let a = gateway("shared", Some("tls"), None);
+        // Another Gateway, or another listener named the same way: fine.
+        assert!(check_same_parent(std::slice::from_ref(&a), &gateway("other", None, None)).is_ok());
+        assert!(
+            check_same_parent(
+                std::slice::from_ref(&a),
+                &gateway("shared", Some("tls-2"), None)
+            )
+            .is_ok()
+        );
+        // The TLSRoute CRD rejects both of these.
+        let mixed = check_same_parent(std::slice::from_ref(&a), &gateway("shared", None, None))
+            .unwrap_err();
+        assert!(
+            mixed.contains("parentRefs[0]") && mixed.contains("alike"),
+            "{mixed}"
+        );
+        let twice = check_same_parent(std::slice::from_ref(&a), &a).unwrap_err();
+        assert!(twice.contains("repeats parentRefs[0]"), "{twice}");
+        let mut other_ns = a.clone();
+        other_ns.namespace = Some("gateways".into());
+        assert!(check_same_parent(&[a], &other_ns).is_ok());
+    }
 }
