@@ -3,7 +3,9 @@
 //! [`file`] is the schema of the file, shared with the controller's render
 //! ([`RawConfig`], every key optional where a default exists); [`validate`]
 //! turns it into a [`Config`] whose values are all checked, with errors that
-//! name the key at fault.
+//! name the key at fault. About 530 lines: one validation per key of the
+//! file, in the file's order, so that each error message sits next to the
+//! key it names.
 
 pub mod file;
 

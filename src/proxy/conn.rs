@@ -2,11 +2,12 @@
 //! [`hello`] reads the ClientHello and decides the path, [`dial`] reaches
 //! the upstream; this module runs a connection through them and the copy.
 
+mod accept;
 mod dial;
 mod hello;
 mod pooled;
 
-use std::{io, net::SocketAddr, sync::Arc, time::Duration};
+use std::{io, net::SocketAddr, sync::Arc};
 
 use prometheus_client::metrics::counter::Counter;
 use tokio::{
@@ -215,22 +216,8 @@ async fn reencrypt(
     };
     // The ClientHello already read is where the handshake starts.
     let accept = Box::pin(ServerTls::accept(server_cfg, client, hello_bytes));
-    let mut down = match tokio::time::timeout_at(
-        deadline.max(Instant::now() + Duration::from_secs(1)),
-        accept,
-    )
-    .await
-    {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            m.handshake_error("tls");
-            debug!(%peer, error = %e, "client TLS handshake failed");
-            return;
-        }
-        Err(_) => {
-            m.handshake_error("timeout");
-            return;
-        }
+    let Some(mut down) = accept::within_deadline(m, peer, deadline, accept).await else {
+        return;
     };
     let r = copy_bidirectional(&mut down, &mut up, io.up, io.down, state.cfg.timeouts.idle).await;
     copy_ended(shared, peer, r);

@@ -9,6 +9,10 @@
 //! as no partial record is left in it; the send buffer only holds records the
 //! socket has not taken yet. Records are decrypted into rustls's plaintext
 //! queue and copied straight into the reader's buffer.
+//!
+//! About 575 lines before its tests: one state machine over rustls's
+//! unbuffered states, for both sides, kept whole so that its reading,
+//! writing and closing can be followed in one place.
 
 use std::{
     cell::RefCell,

@@ -3,13 +3,12 @@
 //! a [`pool::Dial`] that reaches the upstream the way every other path does
 //! (failover, balancing, health marking).
 
-use std::{future::Future, net::SocketAddr, pin::Pin, sync::Arc, time::Duration};
+use std::{future::Future, net::SocketAddr, pin::Pin, sync::Arc};
 
 use tokio::{net::TcpStream, time::Instant};
 use tokio_rustls::TlsAcceptor;
-use tracing::debug;
 
-use super::{dial::connect_tls, hello::Rewind};
+use super::{accept, dial::connect_tls, hello::Rewind};
 use crate::proxy::{
     pool,
     state::{Shared, State},
@@ -54,18 +53,8 @@ pub(super) async fn serve(
     };
     let server_cfg = shared.pooled.serving_config(&base);
     let accept = TlsAcceptor::from(server_cfg).accept(Rewind::new(client, hello_bytes));
-    let deadline = deadline.max(Instant::now() + Duration::from_secs(1));
-    let down = match tokio::time::timeout_at(deadline, accept).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            m.handshake_error("tls");
-            debug!(%peer, error = %e, "client TLS handshake failed");
-            return;
-        }
-        Err(_) => {
-            m.handshake_error("timeout");
-            return;
-        }
+    let Some(down) = accept::within_deadline(m, peer, deadline, accept).await else {
+        return;
     };
     let alpn = down.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
     let ctx = pool::Ctx {
