@@ -10,7 +10,7 @@
 # Prints, for each N: time to converge (every ControlPlaneIngress RouteReady=True
 # at its current generation), API requests per cluster during convergence,
 # writes during one resync period at steady state, and the controller
-# process's peak RSS (VmHWM), against the targets of issue 5:
+# process's peak RSS (VmHWM), against its targets:
 # 1,000 converge in < 60 s on 2 cores, 0 writes per resync, < 200 MiB RSS
 # (< 150 MiB with the workload sides on the real API server). On the real
 # API server it also prints kube-apiserver's and etcd's CPU in the steady

@@ -1,4 +1,4 @@
-//! Release packaging tests (issue 7): the clusterctl add-on components that
+//! Release packaging tests: the clusterctl add-on components that
 //! `hack/release-manifests.sh` builds with `kubectl kustomize`, the provider
 //! `metadata.yaml`, the k0rdent chart values and the ClusterResourceSet recipe.
 //!

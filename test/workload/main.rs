@@ -1,4 +1,4 @@
-//! Workload-side tests (issue 6): the proxy certificate, the workload
+//! Workload-side tests: the proxy certificate, the workload
 //! objects `render --workload` prints (golden), the proxy config round trip
 //! and a real request through the proxy binary running the rendered config
 //! and certificate, the DaemonSet's security properties, ClusterResourceSet

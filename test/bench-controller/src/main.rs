@@ -1,4 +1,4 @@
-//! `bench-controller`: the controller benchmark of issue 5.
+//! `bench-controller`: how fast and how lean the controller converges many clusters.
 //!
 //! N ControlPlaneIngresses (haproxy, nginx, traefik and gateway flavors, each
 //! with its CAPI Cluster) on the in-memory API server with latency added to
