@@ -420,7 +420,7 @@ impl Kubelet {
                 .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
             if ready && !was_ready {
                 let address = self.node.lock().unwrap().address.clone();
-                let now = chrono_now();
+                let now = rfc3339_now();
                 let status = json!({"status": {"phase": "Running", "podIP": address, "podIPs": [{"ip": address}],
                     "hostIP": address, "hostIPs": [{"ip": address}], "startTime": now,
                     "conditions": [
@@ -478,7 +478,7 @@ impl Kubelet {
     }
 }
 
-fn chrono_now() -> String {
+fn rfc3339_now() -> String {
     jiff::Timestamp::now()
         .round(jiff::Unit::Second)
         .unwrap()
