@@ -164,6 +164,23 @@ impl Cluster {
     /// the API server is ready and, with the controller manager, until the
     /// `default` ServiceAccount exists.
     pub async fn start(opts: Options) -> Result<Cluster, Error> {
+        // A port is free when chosen and bound by etcd or kube-apiserver a
+        // moment later: a test starting its own servers in parallel can take
+        // it in between. Such a start is started again on new ports.
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(opts.clone()).await {
+                Err(Error::NotReady { log, .. })
+                    if attempt < 3 && log.contains("address already in use") =>
+                {
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn start_once(opts: Options) -> Result<Cluster, Error> {
         let etcd_bin = binary("etcd")?;
         let apiserver_bin = binary("kube-apiserver")?;
         let dir = tempfile::Builder::new()
