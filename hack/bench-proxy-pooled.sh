@@ -30,24 +30,11 @@ CONNS=${CONNS:-50}
 POD_CONNS=${POD_CONNS:-200}
 API=api.tenant-a.example.com
 
-for bin in haproxy nginx wrk openssl python3 curl ss; do
-  command -v "$bin" >/dev/null || { echo "error: $bin is required (apt-get install -y haproxy nginx wrk openssl python3 curl iproute2)" >&2; exit 1; }
-done
-if [ -z "${HCP_INGRESS:-}" ]; then
-  cargo build --release --bin hcp-ingress >&2
-  HCP_INGRESS="${CARGO_TARGET_DIR:-target}/release/hcp-ingress"
-fi
+. hack/bench/rig.sh
+require haproxy nginx wrk openssl python3 curl ss
+proxy_binary release
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-
-W=$(mktemp -d /tmp/bench-pooled.XXXXXX)
-chmod 755 "$W"
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$W"
-}
-trap cleanup EXIT
+workdir bench-pooled
 
 (
   . hack/bench/pki.sh

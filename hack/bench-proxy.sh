@@ -63,24 +63,11 @@ API=api.tenant-a.example.com
 # running at the same time on the machine needs another NET.
 NET=${NET:-127.0.0}
 
-for bin in haproxy nginx wrk openssl python3 curl; do
-  command -v "$bin" >/dev/null || { echo "error: $bin is required (apt-get install -y haproxy nginx wrk openssl python3 curl)" >&2; exit 1; }
-done
-if [ -z "${HCP_INGRESS:-}" ]; then
-  cargo build --profile "$PROFILE" --bin hcp-ingress >&2
-  HCP_INGRESS="${CARGO_TARGET_DIR:-target}/$PROFILE/hcp-ingress"
-fi
+. hack/bench/rig.sh
+require haproxy nginx wrk openssl python3 curl
+proxy_binary "$PROFILE"
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-
-W=$(mktemp -d /tmp/bench-proxy.XXXXXX)
-chmod 755 "$W"
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$W"
-}
-trap cleanup EXIT
+workdir bench-proxy
 
 # --- PKI: cluster CA, tenant API certs (RSA-2048 like a kube-apiserver),
 # k0smotron's RSA-2048 proxy leaf, our ECDSA P-256 leaf, a client cert.

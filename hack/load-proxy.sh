@@ -27,9 +27,8 @@ ANCHOR=${ANCHOR:-1}
 ANCHOR_HOLD=${ANCHOR_HOLD:-10}
 API=api.tenant-a.example.com
 
-for bin in haproxy nginx openssl python3 curl; do
-  command -v "$bin" >/dev/null || { echo "error: $bin is required (apt-get install -y haproxy nginx openssl python3 curl)" >&2; exit 1; }
-done
+. hack/bench/rig.sh
+require haproxy nginx openssl python3 curl
 ulimit -n 1048576 2>/dev/null || ulimit -n 262144 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 FDS=$(ulimit -n)
 MAXN=$(( (FDS - 200) / 2 ))
@@ -37,21 +36,8 @@ if [ "$N" -gt "$MAXN" ]; then
   echo "warning: RLIMIT_NOFILE is $FDS (the hard limit; raising it needs CAP_SYS_RESOURCE): holding N=$MAXN connections instead of $N" >&2
   N=$MAXN
 fi
-if [ -z "${HCP_INGRESS:-}" ]; then
-  cargo build --profile load --bin hcp-ingress >&2
-  HCP_INGRESS="${CARGO_TARGET_DIR:-target}/load/hcp-ingress"
-fi
-
-W=$(mktemp -d /tmp/load-proxy.XXXXXX)
-chmod 755 "$W"
-PIDS=()
-cleanup() {
-  exec 8>&- 9>&- 2>/dev/null || true
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$W"
-}
-trap cleanup EXIT
+proxy_binary load
+workdir load-proxy
 
 (
   . hack/bench/pki.sh

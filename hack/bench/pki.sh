@@ -1,5 +1,5 @@
-# Test PKI for the benchmark rigs (sourced by hack/bench-proxy.sh and
-# hack/load-proxy.sh, inside their work folder): a cluster CA and leaves
+# Test PKI for the benchmark rigs (sourced by hack/bench-proxy.sh,
+# hack/bench-proxy-pooled.sh and hack/load-proxy.sh, inside their work folder): a cluster CA and leaves
 # signed by it, 2 days, serverAuth.
 
 # ca CN: ca.key and ca.crt, RSA-2048 like a kubeadm cluster CA.
