@@ -22,7 +22,7 @@ mod upstream;
 pub(crate) use ccm::find_ccm_workloads;
 
 pub use cleanup::{Removal, cleanup};
-use failure::{Unreachable, api_error};
+use failure::{Unreachable, api_error, render_failed};
 use objects::{apply_object, proxy_ready};
 pub use outcome::{Outcome, control_plane_initialized};
 use outcome::{not_initialized, unreachable, workload_key};
@@ -235,10 +235,7 @@ async fn install(
         Vec::new()
     };
     let mut seen = Vec::new();
-    for object in objects.to_dynamic().map_err(|e| Unreachable {
-        reason: "RenderFailed",
-        message: e.to_string(),
-    })? {
+    for object in objects.to_dynamic().map_err(render_failed)? {
         let was = apply_object(ctx, client, object.clone()).await?;
         seen.push((object, was));
     }

@@ -84,11 +84,7 @@ impl ProxyObjects {
     /// Every object, in apply order (config and certificate before the pods
     /// that mount them, steering last), as dynamic objects for printing.
     pub fn to_dynamic(&self) -> Result<Vec<DynamicObject>, WorkloadError> {
-        let mut out = vec![dynamic(&self.config_map, "ConfigMap")?];
-        if let Some(secret) = &self.secret {
-            out.push(dynamic(secret, "Secret")?);
-        }
-        out.push(dynamic(&self.daemon_set, "DaemonSet")?);
+        let mut out = self.proxy_to_dynamic()?;
         match &self.steering {
             SteeringObjects::AdvertiseAddress {
                 endpoints,
@@ -99,6 +95,17 @@ impl ProxyObjects {
             }
             SteeringObjects::Service { patch } => out.push(patch.as_ref().clone()),
         }
+        Ok(out)
+    }
+
+    /// The proxy's own objects, without the steering: ConfigMap, Secret
+    /// (when present), DaemonSet, in the order they are applied.
+    pub fn proxy_to_dynamic(&self) -> Result<Vec<DynamicObject>, WorkloadError> {
+        let mut out = vec![dynamic(&self.config_map, "ConfigMap")?];
+        if let Some(secret) = &self.secret {
+            out.push(dynamic(secret, "Secret")?);
+        }
+        out.push(dynamic(&self.daemon_set, "DaemonSet")?);
         Ok(out)
     }
 }

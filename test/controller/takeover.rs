@@ -158,10 +158,9 @@ impl Node {
         }
     }
 
-    /// Start `args` in the node's namespace (or on the host), logging to a file.
-    fn spawn(&mut self, name: &str, in_node: bool, args: &[&str]) {
-        let log = fs::File::create(self.dir.join(format!("{name}.log"))).unwrap();
-        let mut command = if in_node {
+    /// `args` run in the node's namespace (or on the host), with sbin on PATH.
+    fn command(&self, in_node: bool, args: &[&str]) -> Command {
+        let mut c = if in_node {
             let mut c = Command::new("ip");
             c.args(["netns", "exec", &self.ns]).args(args);
             c
@@ -170,8 +169,15 @@ impl Node {
             c.args(&args[1..]);
             c
         };
-        let child = command
-            .env("PATH", sbin_path())
+        c.env("PATH", sbin_path());
+        c
+    }
+
+    /// Start `args` in the node's namespace (or on the host), logging to a file.
+    fn spawn(&mut self, name: &str, in_node: bool, args: &[&str]) {
+        let log = fs::File::create(self.dir.join(format!("{name}.log"))).unwrap();
+        let child = self
+            .command(in_node, args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -194,18 +200,8 @@ impl Node {
 
     /// `curl` inside the node: the proxy's admin port is node-local.
     fn curl(&self, url: &str) -> Option<String> {
-        let out = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.ns,
-                "curl",
-                "-sf",
-                "--max-time",
-                "2",
-                url,
-            ])
-            .env("PATH", sbin_path())
+        let out = self
+            .command(true, &["curl", "-sf", "--max-time", "2", url])
             .output()
             .ok()?;
         out.status
@@ -215,12 +211,10 @@ impl Node {
 
     /// Whether something listens on `address:port` in the node.
     fn listening(&self, address: &str, port: u16) -> bool {
-        Command::new("ip")
-            .args(["netns", "exec", &self.ns, "python3", "-c"])
-            .arg(format!(
-                "import socket; socket.create_connection(('{address}', {port}), timeout=1).close()"
-            ))
-            .env("PATH", sbin_path())
+        let probe = format!(
+            "import socket; socket.create_connection(('{address}', {port}), timeout=1).close()"
+        );
+        self.command(true, &["python3", "-c", &probe])
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success())
@@ -233,13 +227,11 @@ impl Drop for Node {
             let _ = child.kill();
             let _ = child.wait();
         }
-        let _ = Command::new("ip")
-            .args(["link", "del", &self.host_link])
-            .env("PATH", sbin_path())
+        let _ = self
+            .command(false, &["ip", "link", "del", &self.host_link])
             .status();
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.ns])
-            .env("PATH", sbin_path())
+        let _ = self
+            .command(false, &["ip", "netns", "del", &self.ns])
             .status();
         let _ = fs::remove_dir_all(Path::new("/etc/netns").join(&self.ns));
         if !std::thread::panicking() {

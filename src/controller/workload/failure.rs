@@ -19,6 +19,13 @@ pub(super) fn apply_failed(e: Error) -> Unreachable {
     }
 }
 
+pub(super) fn render_failed(e: crate::render::workload::WorkloadError) -> Unreachable {
+    Unreachable {
+        reason: "RenderFailed",
+        message: e.to_string(),
+    }
+}
+
 pub(super) fn api_error(what: &str, e: kube::Error) -> Unreachable {
     let reason = match &e {
         kube::Error::Api(_) => "WorkloadAPIError",

@@ -13,7 +13,7 @@ use kube::{
 };
 
 use super::{
-    failure::{Unreachable, api_error, apply_failed},
+    failure::{Unreachable, api_error, apply_failed, render_failed},
     objects::{apply_object, proxy_ready},
     steering, upstream,
 };
@@ -54,12 +54,6 @@ pub(super) async fn prepare(
                 .into(),
         });
     };
-    let to_dynamic = |o: Result<DynamicObject, _>| {
-        o.map_err(|e: workload::WorkloadError| Unreachable {
-            reason: "RenderFailed",
-            message: e.to_string(),
-        })
-    };
     let services: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         "default",
@@ -80,18 +74,7 @@ pub(super) async fn prepare(
     }
 
     // Our proxy first, without steering: DaemonSet, its ConfigMap and Secret.
-    let mut own = vec![to_dynamic(workload::dynamic(
-        &objects.config_map,
-        "ConfigMap",
-    ))?];
-    if let Some(secret) = &objects.secret {
-        own.push(to_dynamic(workload::dynamic(secret, "Secret"))?);
-    }
-    own.push(to_dynamic(workload::dynamic(
-        &objects.daemon_set,
-        "DaemonSet",
-    ))?);
-    for object in own {
+    for object in objects.proxy_to_dynamic().map_err(render_failed)? {
         apply_object(ctx, client, object).await?;
     }
     let (ready_condition, (desired, ready)) = proxy_ready(client).await?;
@@ -139,7 +122,7 @@ pub(super) async fn prepare(
     apply_object(
         ctx,
         client,
-        to_dynamic(workload::dynamic(endpoint_slice.as_ref(), "EndpointSlice"))?,
+        workload::dynamic(endpoint_slice.as_ref(), "EndpointSlice").map_err(render_failed)?,
     )
     .await?;
     apply::patch_fields(
