@@ -57,6 +57,19 @@ fn validate_cel(cpi: &ControlPlaneIngress) -> Result<(), kube::core::cel::Valida
     CEL.with(|validator| validator.validate_compiled(&CEL_RULES, &object, None))
 }
 
+/// A host the shared ingress routes by SNI: a DNS-1123 subdomain that is not
+/// an IP address (SNI carries host names only, and Gateway API hostnames
+/// refuse addresses).
+fn check_sni_host(host: &str) -> Result<(), String> {
+    check_dns1123_subdomain(host)?;
+    match host.parse::<IpAddr>() {
+        Ok(_) => Err(format!(
+            "{host:?} is an IP address: the shared ingress routes by SNI, which carries host names only"
+        )),
+        Err(_) => Ok(()),
+    }
+}
+
 /// The TLSRoute CRD's rules for several references to one Gateway: they must
 /// all name a listener the same way (sectionName and port set alike), and
 /// never the same listener twice. Checked here so that a spec we accept never
@@ -101,15 +114,9 @@ fn check_fields(spec: &ControlPlaneIngressSpec) -> Vec<FieldError> {
         check_dns1123_subdomain(&spec.cluster_name),
     );
     let ingress = &spec.ingress;
-    check(
-        "spec.ingress.apiHost",
-        check_dns1123_subdomain(&ingress.api_host),
-    );
+    check("spec.ingress.apiHost", check_sni_host(&ingress.api_host));
     if let Some(host) = &ingress.konnectivity_host {
-        check(
-            "spec.ingress.konnectivityHost",
-            check_dns1123_subdomain(host),
-        );
+        check("spec.ingress.konnectivityHost", check_sni_host(host));
     }
     check("spec.ingress.port", check_port(ingress.port.into()));
     for key in ingress.annotations.keys() {
@@ -184,6 +191,13 @@ fn check_fields(spec: &ControlPlaneIngressSpec) -> Vec<FieldError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ingress_host_is_a_name_never_an_address() {
+        assert!(check_sni_host("api.tenant-01.example.com").is_ok());
+        let err = check_sni_host("2.8.3.0").unwrap_err();
+        assert!(err.contains("IP address") && err.contains("SNI"), "{err}");
+    }
 
     fn gateway(name: &str, section: Option<&str>, port: Option<i32>) -> ParentRef {
         ParentRef {
