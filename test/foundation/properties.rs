@@ -27,6 +27,14 @@ fn host() -> impl Strategy<Value = String> {
     prop::collection::vec(label(), 1..=4).prop_map(|l| l.join("."))
 }
 
+/// A host name the shared ingress can route by SNI: a subdomain that does
+/// not read as an IP address (`0.0.0.0` is a valid subdomain, not a name).
+fn sni_host() -> impl Strategy<Value = String> {
+    host().prop_filter("SNI carries host names, never addresses", |h| {
+        h.parse::<std::net::IpAddr>().is_err()
+    })
+}
+
 fn port() -> impl Strategy<Value = i32> {
     1..=65535i32
 }
@@ -83,9 +91,25 @@ fn parent_ref() -> impl Strategy<Value = ParentRef> {
         })
 }
 
+/// One to two references, each to a different Gateway: the TLSRoute CRD's
+/// rules for a Gateway named twice (sectionName or port set alike, never the
+/// same listener twice) are broken on purpose by the ParentRef breaks below.
+fn parent_refs() -> impl Strategy<Value = Vec<ParentRef>> {
+    prop::collection::vec(parent_ref(), 1..3).prop_map(|mut refs| {
+        let mut seen = std::collections::BTreeSet::new();
+        refs.retain(|r| seen.insert((r.name.clone(), r.namespace.clone())));
+        refs
+    })
+}
+
+/// An IPv4 address: a valid RFC 1123 subdomain, but no SNI host name.
+fn ipv4() -> impl Strategy<Value = String> {
+    any::<[u8; 4]>().prop_map(|o| std::net::Ipv4Addr::from(o).to_string())
+}
+
 fn ip() -> impl Strategy<Value = String> {
     prop_oneof![
-        any::<[u8; 4]>().prop_map(|o| std::net::Ipv4Addr::from(o).to_string()),
+        ipv4(),
         any::<[u16; 8]>().prop_map(|s| std::net::Ipv6Addr::from(s).to_string()),
     ]
 }
@@ -98,7 +122,7 @@ prop_compose! {
             label(),
             prop::option::of("[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"),
         ),
-        (cluster_name, api_host, konnectivity) in (host(), host(), prop::option::of((host(), port()))),
+        (cluster_name, api_host, konnectivity) in (host(), sni_host(), prop::option::of((sni_host(), port()))),
         (class_name, selection, ingress_port, deploy) in (
             prop::option::of(label()),
             selection(),
@@ -109,7 +133,7 @@ prop_compose! {
         (service_name, api_port) in (label(), port()),
         (entry_points, parent_refs, proxy) in (
             prop::collection::vec(label(), 0..3),
-            prop::collection::vec(parent_ref(), 1..3),
+            parent_refs(),
             prop::option::of((ip(), prop::collection::vec(ip(), 0..3))),
         ),
     ) -> ControlPlaneIngress {
@@ -275,6 +299,8 @@ enum Break {
     KonnectivityPort(i32),
     GatewayWithoutParents,
     ParentRefPort(i32),
+    /// The first parentRef once more: the same listener named twice.
+    ParentRefRepeated,
     AdvertiseAddress(String),
 }
 
@@ -313,8 +339,8 @@ fn bad_annotation_key() -> impl Strategy<Value = String> {
 fn breaks() -> impl Strategy<Value = Break> {
     prop_oneof![
         bad_host().prop_map(Break::ClusterName),
-        bad_host().prop_map(Break::ApiHost),
-        bad_host().prop_map(Break::KonnectivityHost),
+        prop_oneof![bad_host(), ipv4()].prop_map(Break::ApiHost),
+        prop_oneof![bad_host(), ipv4()].prop_map(Break::KonnectivityHost),
         Just(Break::KonnectivityHostEqualsApiHost),
         Just(Break::KonnectivityHostWithoutPort),
         bad_port().prop_map(Break::IngressPort),
@@ -324,6 +350,7 @@ fn breaks() -> impl Strategy<Value = Break> {
         bad_port().prop_map(Break::KonnectivityPort),
         Just(Break::GatewayWithoutParents),
         bad_port().prop_map(Break::ParentRefPort),
+        Just(Break::ParentRefRepeated),
         "[a-z0-9.:]{0,12}"
             .prop_filter("not an IP", |s| s.parse::<std::net::IpAddr>().is_err())
             .prop_map(Break::AdvertiseAddress),
@@ -408,6 +435,17 @@ fn apply(cpi: &mut ControlPlaneIngress, b: Break) -> String {
             let last = g.parent_refs.len() - 1;
             g.parent_refs[last].port = Some(p);
             return format!("spec.route.gateway.parentRefs[{last}].port");
+        }
+        Break::ParentRefRepeated => {
+            let g = gateway(spec);
+            if g.parent_refs.is_empty() {
+                g.parent_refs.push(ParentRef {
+                    name: "gw".into(),
+                    ..ParentRef::default()
+                });
+            }
+            g.parent_refs.push(g.parent_refs[0].clone());
+            return format!("spec.route.gateway.parentRefs[{}]", g.parent_refs.len() - 1);
         }
         Break::AdvertiseAddress(a) => {
             spec.proxy.get_or_insert_default().advertise_address = a;
