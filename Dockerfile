@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# One image for the controller and the node proxy: a static (musl) binary on
+# One image for the controller and the node proxy: static (musl) binaries on
 # distroless/static, non-root. Multi-arch: build with
 #   docker buildx build --platform linux/amd64,linux/arm64 .
 # (hack/build-image.sh). The build stage runs on the builder's own platform
@@ -32,8 +32,8 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
       upper="$(echo "$target" | tr 'a-z-' 'A-Z_')"; \
       export "CARGO_TARGET_${upper}_LINKER=${gnu}-gcc" "CC_$(echo "$target" | tr '-' '_')=${gnu}-gcc"; \
     fi; \
-    cargo build --release --locked --target "$target" --bin hcp-ingress; \
-    cp "target/$target/release/hcp-ingress" /hcp-ingress
+    cargo build --release --locked --target "$target" --bin hcp-ingress --bin hcp-ingress-proxy; \
+    cp "target/$target/release/hcp-ingress" "target/$target/release/hcp-ingress-proxy" /
 
 FROM gcr.io/distroless/static-debian12:nonroot
 LABEL org.opencontainers.image.title="hcp-ingress" \
@@ -41,6 +41,8 @@ LABEL org.opencontainers.image.title="hcp-ingress" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.source="https://github.com/hcp-ingress/hcp-ingress"
 COPY --from=build /hcp-ingress /hcp-ingress
+# The node proxy alone (what the DaemonSet runs): a fraction of the memory.
+COPY --from=build /hcp-ingress-proxy /hcp-ingress-proxy
 USER 65532:65532
 ENTRYPOINT ["/hcp-ingress"]
 CMD ["controller"]

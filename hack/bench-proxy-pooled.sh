@@ -119,7 +119,8 @@ admin: {address: "$1:9445"}
 limits: {maxConnections: 20000}
 log: {level: warn}
 EOF
-  "$HCP_INGRESS" proxy --config "$W/proxy-$2.yaml" & PIDS+=($!)
+  proxy_argv "$HCP_INGRESS"
+  "${PROXY_ARGV[@]}" --config "$W/proxy-$2.yaml" & PIDS+=($!)
 }
 proxy 127.0.15.3 reencrypt; REENCRYPT_PID=${PIDS[-1]}
 proxy 127.0.15.4 pooled; POOLED_PID=${PIDS[-1]}

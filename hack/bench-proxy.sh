@@ -31,7 +31,10 @@
 # Env: DURATION (s per run, default 2), REPS (default 3), CONNS (default 50),
 #      ECDSA_ANCHOR=1 (also HAProxy with our ECDSA leaf on the reencrypt path),
 #      IDLE (idle connections, default 1000), PROXY_THREADS (default 1),
-#      HCP_INGRESS (binary; default: cargo build --profile $PROFILE),
+#      HCP_INGRESS (binary; default: hcp-ingress-proxy from cargo build
+#      --profile $PROFILE [--target $TARGET]; the multi-subcommand
+#      hcp-ingress works too), TARGET (e.g. x86_64-unknown-linux-musl, what
+#      the image ships),
 #      PROFILE (default release; `load` builds in minutes, not tens),
 #      HCP_INGRESS_B (a second binary, run on the reencrypt path next to the
 #      first in the same run, 127.0.0.4:7443: A/B of a change),
@@ -197,7 +200,8 @@ ${PROXY_EXTRA:-}
 EOF
   local wrap=()
   [ "$1" = re ] && [ -n "${PROXY_WRAP:-}" ] && read -ra wrap <<< "$PROXY_WRAP"
-  "${wrap[@]}" "${7:-$HCP_INGRESS}" proxy --config "$W/ours-$1.yaml" & PIDS+=($!)
+  proxy_argv "${7:-$HCP_INGRESS}"
+  "${wrap[@]}" "${PROXY_ARGV[@]}" --config "$W/ours-$1.yaml" & PIDS+=($!)
   eval "OURS_$1=$!"
 }
 ours re 7443 reencrypt 8443 9445

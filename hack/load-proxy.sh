@@ -109,7 +109,8 @@ limits: {maxConnections: $N}
 timeouts: {idle: 10m}
 log: {level: warn}
 CONF
-"$HCP_INGRESS" proxy --config "$W/proxy.yaml" 2>"$W/proxy.log" & PROXY_PID=$!; PIDS+=($PROXY_PID)
+proxy_argv "$HCP_INGRESS"
+"${PROXY_ARGV[@]}" --config "$W/proxy.yaml" 2>"$W/proxy.log" & PROXY_PID=$!; PIDS+=($PROXY_PID)
 
 wait_ok() { # url
   for _ in $(seq 1 100); do curl -ksf -o /dev/null "$1" && return 0; sleep 0.1; done

@@ -29,7 +29,7 @@ done
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 say "building hcp-ingress and memkube"
-cargo build -q --bin hcp-ingress -p hcp-ingress
+cargo build -q --bin hcp-ingress --bin hcp-ingress-proxy -p hcp-ingress
 cargo build -q --bin memkube -p memkube
 BIN=$ROOT/target/debug
 
@@ -226,7 +226,7 @@ for i in "${!TENANTS[@]}"; do
   ip netns exec "$node" sysctl -qw net.ipv4.ip_forward=1
   # kube-proxy's part: the Service IP goes to the endpoint the controller wrote (the advertise address).
   ip netns exec "$node" iptables -t nat -A PREROUTING -d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 240.0.0.1:443
-  ip netns exec "$node" "$BIN/hcp-ingress" proxy --config "$d/config.yaml" --log-format text >"$d/proxy.log" 2>&1 &
+  ip netns exec "$node" "$BIN/hcp-ingress-proxy" --config "$d/config.yaml" --log-format text >"$d/proxy.log" 2>&1 &
   PIDS+=($!)
   wait_for "the tenant-$t node proxy" ip netns exec "$node" curl -sf http://127.0.0.1:9445/readyz
   # The DaemonSet controller's part: report the ready pod.

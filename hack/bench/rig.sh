@@ -12,12 +12,28 @@ require() {
   done
 }
 
-# proxy_binary PROFILE: HCP_INGRESS as given, or the binary built with that cargo profile.
+# proxy_binary PROFILE: HCP_INGRESS as given, or the proxy-only binary (what
+# the DaemonSet runs) built with that cargo profile; for TARGET when set
+# (x86_64-unknown-linux-musl: the static binary the image ships, with musl's
+# allocator; needs `rustup target add` and Debian's musl-tools).
 proxy_binary() {
   if [ -z "${HCP_INGRESS:-}" ]; then
-    cargo build --profile "$1" --bin hcp-ingress >&2
-    HCP_INGRESS="${CARGO_TARGET_DIR:-target}/$1/hcp-ingress"
+    if [ -n "${TARGET:-}" ]; then
+      cargo build --profile "$1" --target "$TARGET" --bin hcp-ingress-proxy >&2
+      HCP_INGRESS="${CARGO_TARGET_DIR:-target}/$TARGET/$1/hcp-ingress-proxy"
+    else
+      cargo build --profile "$1" --bin hcp-ingress-proxy >&2
+      HCP_INGRESS="${CARGO_TARGET_DIR:-target}/$1/hcp-ingress-proxy"
+    fi
   fi
+}
+
+# proxy_argv BIN: PROXY_ARGV, the command that starts BIN's node proxy: the
+# proxy-only binary as it is, the multi-subcommand one with `proxy` (so an
+# A/B run can set either against the other).
+proxy_argv() {
+  PROXY_ARGV=("$1")
+  if [ "$(basename "$1")" = hcp-ingress ]; then PROXY_ARGV+=(proxy); fi
 }
 
 # workdir NAME: W, a fresh folder nginx's worker user can read, and PIDS,

@@ -22,8 +22,8 @@ use kube::api::DynamicObject;
 
 pub use ccm::*;
 pub use proxy::{
-    ADMIN_PORT, CONFIG_DIR, CONFIG_FILE, RESTART_HASH_ANNOTATION, TLS_DIR, proxy_capabilities,
-    proxy_config, proxy_port,
+    ADMIN_PORT, CONFIG_DIR, CONFIG_FILE, PROXY_COMMAND, RESTART_HASH_ANNOTATION, TLS_DIR,
+    proxy_capabilities, proxy_config, proxy_port,
 };
 pub use shared::dynamic;
 pub use shared::{

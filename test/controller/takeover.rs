@@ -464,7 +464,7 @@ impl Kubelet {
         node.spawn(
             &name,
             true,
-            &[env!("CARGO_BIN_EXE_hcp-ingress"), "proxy", "--config", &cfg],
+            &[env!("CARGO_BIN_EXE_hcp-ingress-proxy"), "--config", &cfg],
         );
         Some(name)
     }

@@ -396,8 +396,8 @@ fn check_config_prints_the_effective_config_or_names_the_key() {
     let check = |text: &str| {
         let p = dir.join("c.yaml");
         std::fs::write(&p, text).unwrap();
-        let o = Command::new(env!("CARGO_BIN_EXE_hcp-ingress"))
-            .args(["proxy", "--check-config"])
+        let o = Command::new(env!("CARGO_BIN_EXE_hcp-ingress-proxy"))
+            .arg("--check-config")
             .arg(&p)
             .output()
             .unwrap();

@@ -89,8 +89,8 @@ async fn kubectl_gets_and_watches_through_the_pooled_proxy_on_one_upstream_conne
     std::fs::write(d.join("proxy.yaml"), config).unwrap();
     let log = std::fs::File::create(d.join("proxy.log")).unwrap();
     let _proxy = Proxy(
-        Command::new(env!("CARGO_BIN_EXE_hcp-ingress"))
-            .args(["proxy", "--config"])
+        Command::new(env!("CARGO_BIN_EXE_hcp-ingress-proxy"))
+            .arg("--config")
             .arg(d.join("proxy.yaml"))
             .stdout(log.try_clone().unwrap())
             .stderr(log)

@@ -616,7 +616,7 @@ stream {{
         let node = self.node.clone();
         let wrapper = self.proxy_wrapper.clone();
         let mut args: Vec<&str> = wrapper.iter().map(String::as_str).collect();
-        args.extend([env!("CARGO_BIN_EXE_hcp-ingress"), "proxy", "--config", &cfg]);
+        args.extend([env!("CARGO_BIN_EXE_hcp-ingress-proxy"), "--config", &cfg]);
         self.spawn(&node, "proxy", &args);
     }
 

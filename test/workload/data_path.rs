@@ -15,7 +15,7 @@ use std::{
 use hcp_ingress::{
     cli::render_workload_documents,
     pki::{self, CertificateAuthority, LeafSpec},
-    render::workload::{CONFIG_DIR, CONFIG_FILE, TLS_DIR},
+    render::workload::{CONFIG_DIR, CONFIG_FILE, PROXY_COMMAND, TLS_DIR},
 };
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
 use tokio::{
@@ -172,9 +172,29 @@ spec:
         std::fs::write(mount(TLS_DIR).join(key), secret_text(secret, key)).unwrap();
     }
 
-    let mut proxy = std::process::Command::new(env!("CARGO_BIN_EXE_hcp-ingress"))
-        .args(["proxy", "--config"])
-        .arg(mount(CONFIG_DIR).join(CONFIG_FILE))
+    // The command the DaemonSet runs, with its paths under the mount: the
+    // image's proxy-only binary is the one cargo built.
+    let daemon_set = object(&rendered, "DaemonSet", "hcp-ingress-proxy");
+    let container = &daemon_set["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["command"], serde_json::json!([PROXY_COMMAND]));
+    let args: Vec<String> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let a = a.as_str().unwrap();
+            match a.starts_with('/') {
+                true => mount(a).display().to_string(),
+                false => a.to_string(),
+            }
+        })
+        .collect();
+    assert_eq!(
+        args.last(),
+        Some(&mount(CONFIG_DIR).join(CONFIG_FILE).display().to_string())
+    );
+    let mut proxy = std::process::Command::new(env!("CARGO_BIN_EXE_hcp-ingress-proxy"))
+        .args(&args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -66,8 +66,8 @@ fn the_proxy_binary_loads_the_rendered_config_and_certificates() {
                 std::fs::write(mount(TLS_DIR).join(key), secret_text(secret, key)).unwrap();
             }
         }
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_hcp-ingress"))
-            .args(["proxy", "--check-config"])
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_hcp-ingress-proxy"))
+            .arg("--check-config")
             .arg(mount(CONFIG_DIR).join(CONFIG_FILE))
             .output()
             .unwrap();

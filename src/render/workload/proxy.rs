@@ -29,6 +29,10 @@ pub const CONFIG_DIR: &str = "/etc/hcp-ingress/config";
 pub const TLS_DIR: &str = "/etc/hcp-ingress/tls";
 /// The config file's key in the ConfigMap.
 pub const CONFIG_FILE: &str = "config.yaml";
+/// The proxy-only binary of the image (`hcp-ingress proxy` without the
+/// controller linked in): it runs on every node, so its resident memory is
+/// paid once per node.
+pub const PROXY_COMMAND: &str = "/hcp-ingress-proxy";
 /// The proxy's admin port (`/healthz`, `/readyz`, `/metrics`), on 127.0.0.1.
 pub const ADMIN_PORT: u16 = 9445;
 /// Pod-template annotation: hash of the settings the proxy reads only at start.
@@ -293,7 +297,8 @@ pub(super) fn daemon_set(
                         "name": "proxy",
                         "image": image,
                         "imagePullPolicy": "IfNotPresent",
-                        "args": ["proxy", "--config", format!("{CONFIG_DIR}/{CONFIG_FILE}")],
+                        "command": [PROXY_COMMAND],
+                        "args": ["--config", format!("{CONFIG_DIR}/{CONFIG_FILE}")],
                         // Any process on the admin port answers liveness: a
                         // wrong answer only delays a restart.
                         "livenessProbe": probe("/healthz", 10, 3),
