@@ -16,7 +16,7 @@ use tokio::{
 };
 use tracing::{debug, warn};
 
-pub use dial::{connect_failure_reason, tune};
+pub use dial::{connect_failure_reason, keepalive, tune};
 use dial::{connect_l4, connect_tls};
 use hello::read_hello;
 pub use hello::{Path, Rewind, decide};
@@ -82,7 +82,9 @@ pub async fn handle(shared: Arc<Shared>, mut client: TcpStream, peer: SocketAddr
     let cfg = &state.cfg;
     let m = &shared.metrics;
     let deadline = Instant::now() + cfg.timeouts.handshake;
-    tune(&client, cfg.timeouts.tcp_keepalive);
+    if cfg.timeouts.tcp_keepalive != shared.listener_keepalive {
+        tune(&client, cfg.timeouts.tcp_keepalive);
+    }
 
     let (hello_bytes, hello) = match Box::pin(timeout(
         cfg.timeouts.handshake,
@@ -307,6 +309,7 @@ mod size_tests {
         let tls = crate::proxy::tls::TlsMaterial::load(&cfg).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         let metrics = crate::proxy::metrics::Metrics::new();
+        let listener_keepalive = cfg.timeouts.tcp_keepalive;
         Arc::new(super::Shared {
             pooled: Arc::new(crate::proxy::pool::Pool::new(metrics.pool.clone())),
             metrics,
@@ -315,6 +318,7 @@ mod size_tests {
             listening: Default::default(),
             reloaded: Default::default(),
             revision: None,
+            listener_keepalive,
         })
     }
 

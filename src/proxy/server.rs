@@ -52,7 +52,14 @@ pub enum ServerError {
 /// on the interface; an unspecified IPv6 address also accepts IPv4.
 /// SO_REUSEPORT lets the next proxy pod bind next to the running one during a
 /// rolling update (maxSurge 1), so a node is never without a listener.
-pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+/// With `keepalive`, the listener carries the TCP options of a proxied
+/// connection (`dial::tune`): Linux copies them into every accepted socket,
+/// which saves four setsockopt calls per connection.
+pub fn bind(
+    addr: SocketAddr,
+    backlog: u32,
+    keepalive: Option<std::time::Duration>,
+) -> std::io::Result<TcpListener> {
     use socket2::{Domain, Socket, Type};
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     s.set_reuse_address(true)?;
@@ -66,6 +73,10 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
         let _ = s.set_freebind_v4(true);
     }
     s.set_nonblocking(true)?;
+    if let Some(keepalive) = keepalive {
+        s.set_tcp_nodelay(true)?;
+        s.set_tcp_keepalive(&super::conn::keepalive(keepalive))?;
+    }
     s.bind(&addr.into())?;
     s.listen(backlog as i32)?;
     TcpListener::from_std(s.into())
@@ -270,10 +281,13 @@ pub async fn run(
             cfg.listen.ensure_interval,
         ));
     }
+    let keepalive = cfg.timeouts.tcp_keepalive;
     let listener =
-        bind(cfg.listen.addr, cfg.listen.backlog).map_err(|source| ServerError::Listen {
-            addr: cfg.listen.addr,
-            source,
+        bind(cfg.listen.addr, cfg.listen.backlog, Some(keepalive)).map_err(|source| {
+            ServerError::Listen {
+                addr: cfg.listen.addr,
+                source,
+            }
         })?;
     let metrics = Metrics::new();
     let pooled = Arc::new(super::pool::Pool::new(metrics.pool.clone()));
@@ -285,12 +299,13 @@ pub async fn run(
         listening: AtomicBool::new(false),
         reloaded: Notify::new(),
         revision,
+        listener_keepalive: keepalive,
     });
     shared
         .metrics
         .serving_certificate(shared.state.load().tls.leaf_not_after.as_ref());
     if let Some(admin) = cfg.admin {
-        let l = bind(admin, 128).map_err(|source| ServerError::Listen {
+        let l = bind(admin, 128, None).map_err(|source| ServerError::Listen {
             addr: admin,
             source,
         })?;
@@ -396,9 +411,35 @@ mod tests {
     /// A surging pod binds the same address while the old one still listens.
     #[tokio::test]
     async fn two_proxies_can_listen_on_one_address() {
-        let first = super::bind("127.0.0.1:0".parse().unwrap(), 16).unwrap();
+        let first = super::bind("127.0.0.1:0".parse().unwrap(), 16, None).unwrap();
         let addr = first.local_addr().unwrap();
-        let second = super::bind(addr, 16).expect("the second listener binds too");
+        let second = super::bind(addr, 16, None).expect("the second listener binds too");
         assert_eq!(second.local_addr().unwrap(), addr);
+    }
+
+    /// Accepted sockets carry the listener's TCP options: the proxy sets no
+    /// Nagle and keepalive once, on the listener, and never per connection
+    /// while the configured keepalive is the one it bound with.
+    #[tokio::test]
+    async fn accepted_connections_inherit_nodelay_and_keepalive() {
+        let ka = Duration::from_secs(37);
+        let l = super::bind("127.0.0.1:0".parse().unwrap(), 16, Some(ka)).unwrap();
+        let _c = tokio::net::TcpStream::connect(l.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        let s = socket2::SockRef::from(&s);
+        assert!(s.tcp_nodelay().unwrap(), "no Nagle");
+        assert!(s.keepalive().unwrap(), "keepalive on");
+        assert_eq!(s.tcp_keepalive_time().unwrap(), ka);
+        assert_eq!(s.tcp_keepalive_interval().unwrap(), Duration::from_secs(10));
+
+        // Without options, an accepted socket has none of them.
+        let plain = super::bind("127.0.0.1:0".parse().unwrap(), 16, None).unwrap();
+        let _c = tokio::net::TcpStream::connect(plain.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (s, _) = plain.accept().await.unwrap();
+        assert!(!socket2::SockRef::from(&s).tcp_nodelay().unwrap());
     }
 }

@@ -43,6 +43,10 @@ pub struct Shared {
     pub revision: Option<String>,
     /// Pooled HTTP/2 upstream connections (pooled mode).
     pub pooled: std::sync::Arc<super::pool::Pool>,
+    /// The TCP keepalive time the client listener was bound with: accepted
+    /// sockets inherit the listener's options, so a connection needs its own
+    /// only once a reload has changed `timeouts.tcpKeepalive`.
+    pub listener_keepalive: std::time::Duration,
 }
 
 impl Shared {

@@ -22,10 +22,14 @@ use crate::proxy::{
 /// latency-bound), keepalive to notice dead peers on long watches.
 pub fn tune(s: &TcpStream, keepalive: Duration) {
     let _ = s.set_nodelay(true);
-    let ka = socket2::TcpKeepalive::new()
-        .with_time(keepalive)
-        .with_interval(Duration::from_secs(10).min(keepalive));
-    let _ = socket2::SockRef::from(s).set_tcp_keepalive(&ka);
+    let _ = socket2::SockRef::from(s).set_tcp_keepalive(&self::keepalive(keepalive));
+}
+
+/// Keepalive probes after `time` idle, then every 10 s (or `time`, if shorter).
+pub fn keepalive(time: Duration) -> socket2::TcpKeepalive {
+    socket2::TcpKeepalive::new()
+        .with_time(time)
+        .with_interval(Duration::from_secs(10).min(time))
 }
 
 /// Open a TCP connection to `addr` and send `first` (the ClientHello, PROXY
