@@ -33,7 +33,7 @@ pub mod upstream;
 
 use std::{path::PathBuf, process::ExitCode};
 
-use crate::telemetry::{LogFormat, init_logging};
+use crate::telemetry::{LogFormat, init_node_logging};
 
 /// Flags of `hcp-ingress proxy`.
 #[derive(clap::Args, Debug)]
@@ -132,7 +132,7 @@ pub fn main(args: ProxyArgs) -> ExitCode {
     });
     // rustls warns on every handshake whose SNI is an IP literal (wrk, some
     // libraries): that is a client quirk, not the operator's business.
-    init_logging(format, &format!("{},rustls=error", state.cfg.log_level));
+    init_node_logging(format, &format!("{},rustls=error", state.cfg.log_level));
     raise_nofile(state.cfg.max_connections);
 
     // One thread is the measured default: the proxy shares a node with the

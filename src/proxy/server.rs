@@ -12,14 +12,12 @@ use std::{
 };
 
 use arc_swap::ArcSwap;
-use rustls_pki_types::ServerName;
 use tokio::{
     io::AsyncWriteExt,
     net::{TcpListener, TcpStream},
     sync::{Notify, Semaphore},
     time::timeout,
 };
-use tokio_rustls::TlsConnector;
 use tracing::{error, info, warn};
 
 use super::{
@@ -29,6 +27,7 @@ use super::{
     metrics::Metrics,
     netlink, proxy_protocol, reload,
     state::{Shared, State},
+    tlsio::ClientTls,
     upstream::{self, Pool},
 };
 
@@ -98,10 +97,9 @@ pub async fn check(state: &State, addr: SocketAddr) -> Result<(), String> {
                 .await
                 .map_err(|e| format!("proxy header: {e}"))?;
         }
-        let name =
-            ServerName::try_from(cfg.upstream.server_name.clone()).map_err(|e| e.to_string())?;
-        let mut tls = TlsConnector::from(state.tls.client_for(&[]))
-            .connect(name, s)
+        // The data path's TLS stream: one TLS client's code in the process.
+        let name = state.tls.upstream_name().clone();
+        let mut tls = ClientTls::connect(state.tls.client_for(&[]), name, s)
             .await
             .map_err(|e| format!("tls: {e}"))?;
         let _ = tls.shutdown().await;

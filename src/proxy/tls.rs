@@ -254,10 +254,13 @@ fn server_configs(
 
 /// `notAfter` of the first certificate of a PEM chain (the leaf): rustls
 /// has already accepted the chain, so only an unreadable date gives `None`.
+/// Extensions are left unparsed: the date is all the proxy needs, and a deep
+/// parse runs (and keeps resident) much of x509-parser's code.
 fn leaf_not_after(pem: &[u8]) -> Option<i64> {
-    use x509_parser::prelude::FromDer;
+    use x509_parser::{certificate::X509CertificateParser, nom::Parser};
     let der = CertificateDer::pem_slice_iter(pem).next()?.ok()?;
-    let (_, cert) = x509_parser::certificate::X509Certificate::from_der(&der).ok()?;
+    let mut parser = X509CertificateParser::new().with_deep_parse_extensions(false);
+    let (_, cert) = parser.parse(&der).ok()?;
     Some(cert.validity().not_after.timestamp())
 }
 

@@ -1,7 +1,7 @@
 //! Logging set-up shared by every subcommand, and (cargo feature
 //! `telemetry`) OpenTelemetry trace export over OTLP.
 
-use tracing_subscriber::{EnvFilter, fmt, prelude::*};
+use tracing_subscriber::{EnvFilter, Layer, Registry, filter::Targets, fmt, prelude::*};
 
 /// Log output format.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -18,6 +18,29 @@ pub enum LogFormat {
 pub fn init_logging(format: LogFormat, default_level: &str) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    install(format, filter.boxed());
+}
+
+/// The node proxy's subscriber: `RUST_LOG` or `default_level` filter by
+/// target and level only (`warn,rustls=error`). EnvFilter's span and field
+/// filters compile regexes at start, code and memory that a process running
+/// on every node would keep for filters nobody sets there.
+pub fn init_node_logging(format: LogFormat, default_level: &str) {
+    let spec = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|s| !s.trim().is_empty());
+    let filter = match spec.as_deref().map(str::parse::<Targets>) {
+        Some(Ok(filter)) => filter,
+        Some(Err(e)) => {
+            eprintln!("warning: RUST_LOG ignored ({e}): logging at {default_level}");
+            default_level.parse().unwrap_or_default()
+        }
+        None => default_level.parse().unwrap_or_default(),
+    };
+    install(format, filter.boxed());
+}
+
+fn install(format: LogFormat, filter: Box<dyn Layer<Registry> + Send + Sync>) {
     let registry = tracing_subscriber::registry()
         .with(filter)
         .with(otlp::layer());

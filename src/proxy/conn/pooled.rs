@@ -6,12 +6,12 @@
 use std::{future::Future, net::SocketAddr, pin::Pin, sync::Arc};
 
 use tokio::{net::TcpStream, time::Instant};
-use tokio_rustls::TlsAcceptor;
 
-use super::{accept, dial::connect_tls, hello::Rewind};
+use super::{accept, dial::connect_tls};
 use crate::proxy::{
     pool,
     state::{Shared, State},
+    tlsio::ServerTls,
 };
 
 /// Reaches the upstream for the pool: TLS with the given ALPN.
@@ -52,11 +52,13 @@ pub(super) async fn serve(
         return;
     };
     let server_cfg = shared.pooled.serving_config(&base);
-    let accept = TlsAcceptor::from(server_cfg).accept(Rewind::new(client, hello_bytes));
+    // The reencrypt path's TLS stream: its buffers exist only while bytes
+    // are in flight, and one TLS server's code runs in the process.
+    let accept = Box::pin(ServerTls::accept(server_cfg, client, hello_bytes));
     let Some(down) = accept::within_deadline(m, peer, deadline, accept).await else {
         return;
     };
-    let alpn = down.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+    let alpn = down.conn().alpn_protocol().map(<[u8]>::to_vec);
     let ctx = pool::Ctx {
         pool: shared.pooled.clone(),
         epoch: Arc::as_ptr(&state) as usize,
