@@ -109,3 +109,36 @@ pub fn base64_decode(text: &str) -> Vec<u8> {
 pub fn secret_text(secret: &serde_json::Value, key: &str) -> String {
     String::from_utf8(base64_decode(secret["data"][key].as_str().unwrap())).unwrap()
 }
+
+/// Where a path of the proxy pod (`/etc/hcp-ingress/…`) lies when the
+/// volumes are mounted under `dir`.
+pub fn under(dir: &Path, path: &str) -> PathBuf {
+    dir.join(path.trim_start_matches('/'))
+}
+
+/// Write the rendered proxy ConfigMap and Secret (when there is one) where
+/// the DaemonSet mounts them, moved under `dir`; the config's paths follow,
+/// and each `(from, to)` of `edits` is replaced in the config files too.
+pub fn mount_proxy_files(rendered: &Rendered, dir: &Path, edits: &[(&str, &str)]) {
+    use hcp_ingress::render::workload::{CONFIG_DIR, TLS_DIR};
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(under(dir, CONFIG_DIR)).unwrap();
+    std::fs::create_dir_all(under(dir, TLS_DIR)).unwrap();
+    let moved = dir.join("etc/hcp-ingress");
+    let config_map = object(rendered, "ConfigMap", "hcp-ingress-proxy");
+    for (key, value) in config_map["data"].as_object().unwrap() {
+        let mut text = value
+            .as_str()
+            .unwrap()
+            .replace("/etc/hcp-ingress", moved.to_str().unwrap());
+        for (from, to) in edits {
+            text = text.replace(from, to);
+        }
+        std::fs::write(under(dir, CONFIG_DIR).join(key), text).unwrap();
+    }
+    if let Some(secret) = rendered.objects.iter().find(|o| o["kind"] == "Secret") {
+        for key in ["tls.crt", "tls.key"] {
+            std::fs::write(under(dir, TLS_DIR).join(key), secret_text(secret, key)).unwrap();
+        }
+    }
+}

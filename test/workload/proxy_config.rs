@@ -9,7 +9,7 @@ use hcp_ingress::{
     render::workload::{CONFIG_DIR, CONFIG_FILE, TLS_DIR},
 };
 
-use crate::{inputs, object, render, secret_text};
+use crate::{inputs, mount_proxy_files, object, render, under};
 
 #[test]
 fn every_rendered_config_passes_the_proxy_validator() {
@@ -48,27 +48,10 @@ fn the_proxy_binary_loads_the_rendered_config_and_certificates() {
             std::process::id(),
             input.file_stem().unwrap().to_str().unwrap()
         ));
-        let _ = std::fs::remove_dir_all(&dir);
-        // The mount points, moved under a temporary root.
-        let mount = |path: &str| dir.join(path.trim_start_matches('/'));
-        std::fs::create_dir_all(mount(CONFIG_DIR)).unwrap();
-        std::fs::create_dir_all(mount(TLS_DIR)).unwrap();
-        let config_map = object(&rendered, "ConfigMap", "hcp-ingress-proxy");
-        for (key, value) in config_map["data"].as_object().unwrap() {
-            let text = value.as_str().unwrap().replace(
-                "/etc/hcp-ingress",
-                dir.join("etc/hcp-ingress").to_str().unwrap(),
-            );
-            std::fs::write(mount(CONFIG_DIR).join(key), text).unwrap();
-        }
-        if let Some(secret) = rendered.objects.iter().find(|o| o["kind"] == "Secret") {
-            for key in ["tls.crt", "tls.key"] {
-                std::fs::write(mount(TLS_DIR).join(key), secret_text(secret, key)).unwrap();
-            }
-        }
+        mount_proxy_files(&rendered, &dir, &[]);
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_hcp-ingress-proxy"))
             .arg("--check-config")
-            .arg(mount(CONFIG_DIR).join(CONFIG_FILE))
+            .arg(under(&dir, CONFIG_DIR).join(CONFIG_FILE))
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);
