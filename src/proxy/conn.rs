@@ -19,7 +19,7 @@ use tracing::{debug, warn};
 pub use dial::{connect_failure_reason, keepalive, tune};
 use dial::{connect_l4, connect_tls};
 use hello::read_hello;
-pub use hello::{Path, Rewind, decide};
+pub use hello::{Path, decide};
 
 use super::{
     copy::{CopyEnd, CopyError, Side, copy_bidirectional},
@@ -228,7 +228,6 @@ async fn reencrypt(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use crate::proxy::{clienthello::ClientHello, config::Mode};
 
@@ -276,17 +275,6 @@ mod tests {
         assert_eq!(stream_error_reason(&reset), "reset");
         let eof = io::Error::from(io::ErrorKind::UnexpectedEof);
         assert_eq!(stream_error_reason(&eof), "truncated");
-    }
-
-    #[tokio::test]
-    async fn rewind_replays_prefix() {
-        let (mut a, b) = tokio::io::duplex(64);
-        a.write_all(b" world").await.unwrap();
-        drop(a);
-        let mut r = Rewind::new(b, b"hello".to_vec());
-        let mut s = String::new();
-        r.read_to_string(&mut s).await.unwrap();
-        assert_eq!(s, "hello world");
     }
 }
 

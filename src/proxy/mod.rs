@@ -35,7 +35,7 @@ use std::{path::PathBuf, process::ExitCode};
 
 use crate::telemetry::{LogFormat, init_node_logging};
 
-/// Flags of `hcp-ingress proxy`.
+/// Flags of `hcp-ingress-proxy` (and of `hcp-ingress proxy`).
 #[derive(clap::Args, Debug)]
 #[command(group(clap::ArgGroup::new("file").required(true).args(["config", "check_config"])))]
 pub struct ProxyArgs {

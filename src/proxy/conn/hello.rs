@@ -1,16 +1,9 @@
 //! The first bytes of a connection: read the ClientHello, decide the path,
 //! and hand the bytes read back to whoever forwards them.
 
-use std::{
-    io,
-    pin::Pin,
-    task::{Context, Poll},
-};
+use std::io;
 
-use tokio::{
-    io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf},
-    net::TcpStream,
-};
+use tokio::{io::AsyncReadExt, net::TcpStream};
 
 use crate::proxy::{
     clienthello::{self, ClientHello, HelloError, Parsed},
@@ -102,70 +95,5 @@ pub(super) async fn read_hello(
         if let Parsed::Done(h) = clienthello::parse(&buf, max)? {
             return Ok((buf, h));
         }
-    }
-}
-
-/// A stream that first yields bytes already read from it.
-pub struct Rewind<S> {
-    prefix: Option<Vec<u8>>,
-    pos: usize,
-    inner: S,
-}
-
-impl<S> Rewind<S> {
-    /// Wrap `inner`, replaying `prefix` first.
-    pub fn new(inner: S, prefix: Vec<u8>) -> Self {
-        Self {
-            prefix: Some(prefix),
-            pos: 0,
-            inner,
-        }
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = &mut *self;
-        if let Some(p) = &this.prefix {
-            let n = (p.len() - this.pos).min(buf.remaining());
-            buf.put_slice(&p[this.pos..this.pos + n]);
-            this.pos += n;
-            if this.pos == p.len() {
-                // Free the ClientHello copy once replayed.
-                this.prefix = None;
-            }
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut this.inner).poll_read(cx, buf)
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
     }
 }
