@@ -6,7 +6,7 @@
 #   tenants a and b      nginx TLS servers standing in for two API servers,
 #                        each with its own cluster CA
 #   workload clusters    one memkube each, reached through <cluster>-kubeconfig
-#   nodes and pods       network namespaces; the node runs `hcp-ingress proxy`
+#   nodes and pods       network namespaces; the node runs `hcp-ingress-proxy`
 #                        with exactly the config and certificate the controller
 #                        wrote into the workload cluster; an iptables DNAT sends
 #                        10.96.0.1:443 to the proxy, as kube-proxy would
