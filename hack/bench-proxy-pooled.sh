@@ -20,7 +20,8 @@
 # Packages: haproxy nginx wrk openssl python3 curl iproute2 (ss).
 #
 # Env: DURATION (s, default 5), REPS (default 3), CONNS (default 50),
-#      POD_CONNS (default 200), HCP_INGRESS (binary; default: cargo build --release).
+#      POD_CONNS (default 200), HCP_INGRESS (binary; default: hcp-ingress-proxy
+#      from cargo build --release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,27 +48,11 @@ workdir bench-pooled
 )
 
 # The tenant speaks HTTP/2 (as a kube-apiserver does) and HTTP/1.1.
-BODY='{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","message":"tenant-a api stand-in","reason":"","details":{"name":"bench","kind":"pods"},"code":200,"padding":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}'
-mkdir -p "$W/tmp"
-cat > "$W/tenant.conf" <<EOF
-daemon off;
-master_process off;
-worker_rlimit_nofile 65536;
-pid $W/tenant.pid;
-error_log $W/tenant-error.log warn;
-events { worker_connections 16384; }
-http {
-  access_log off;
-  client_body_temp_path $W/tmp; proxy_temp_path $W/tmp; fastcgi_temp_path $W/tmp; uwsgi_temp_path $W/tmp; scgi_temp_path $W/tmp;
-  keepalive_requests 1000000;
-  keepalive_timeout 300s;
-  ssl_session_tickets on;
-  ssl_session_cache shared:SSL:10m;
-  default_type application/json;
+{ nginx_head tenant; cat <<EOF; } > "$W/tenant.conf"
   server {
     listen 127.0.15.1:9001 ssl http2;
     ssl_certificate $W/tenant-a.crt; ssl_certificate_key $W/tenant-a.key;
-    location / { return 200 '$BODY'; }
+    location / { return 200 '$TENANT_BODY'; }
   }
 }
 EOF

@@ -88,30 +88,14 @@ workdir bench-proxy
 
 # --- tenant stand-ins: one nginx process, ~260-byte JSON body, tickets on;
 # tenant A echoes the client certificate's subject.
-BODY='{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","message":"tenant-a api stand-in","reason":"","details":{"name":"bench","kind":"pods"},"code":200,"padding":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}'
-mkdir -p "$W/tmp"
-cat > "$W/backends.conf" <<EOF
-daemon off;
-master_process off;
-worker_rlimit_nofile 65536;
-pid $W/backends.pid;
-error_log $W/backends-error.log warn;
-events { worker_connections 16384; }
-http {
-  access_log off;
-  client_body_temp_path $W/tmp; proxy_temp_path $W/tmp; fastcgi_temp_path $W/tmp; uwsgi_temp_path $W/tmp; scgi_temp_path $W/tmp;
-  keepalive_requests 1000000;
-  keepalive_timeout 300s;
-  ssl_session_tickets on;
-  ssl_session_cache shared:SSL:10m;
+{ nginx_head backends; cat <<EOF; } > "$W/backends.conf"
   $([ "${UPSTREAM_TLS13:-}" = 1 ] && echo "ssl_protocols TLSv1.2 TLSv1.3;")
-  default_type application/json;
   server {
     listen $NET.1:9001 ssl;
     ssl_certificate $W/tenant-a.crt; ssl_certificate_key $W/tenant-a.key;
     ssl_client_certificate $W/ca.crt; ssl_verify_client optional;
     add_header X-Client-DN \$ssl_client_s_dn always;
-    location / { return 200 '$BODY'; }
+    location / { return 200 '$TENANT_BODY'; }
   }
   server {
     listen $NET.1:9002 ssl;

@@ -12,7 +12,8 @@
 # Loopback only. Packages: haproxy nginx openssl python3 curl.
 # Env: N (10000), HOLD (s, 60), EXTRA (connections beyond the limit, 100),
 #      ANCHOR (1: also measure HAProxy; 0: skip), ANCHOR_HOLD (s, 10),
-#      HCP_INGRESS (binary; default: cargo build --profile load).
+#      HCP_INGRESS (binary; default: hcp-ingress-proxy from cargo build
+#      --profile load).
 #
 # Each proxied connection costs the proxy (and each HAProxy) two file
 # descriptors; N is lowered, with a warning, when the hard limit cannot hold
@@ -52,21 +53,7 @@ workdir load-proxy
 CONNS=$(( N + EXTRA + 1000 ))
 # HAProxy wants 2 x maxconn descriptors; the EXTRA never reach the ingress.
 HAP_MAXCONN=$(( N + 10 ))
-mkdir -p "$W/tmp"
-cat > "$W/backends.conf" <<CONF
-daemon off;
-master_process off;
-worker_rlimit_nofile $FDS;
-pid $W/backends.pid;
-error_log $W/backends-error.log warn;
-events { worker_connections $CONNS; }
-http {
-  access_log off;
-  client_body_temp_path $W/tmp; proxy_temp_path $W/tmp; fastcgi_temp_path $W/tmp; uwsgi_temp_path $W/tmp; scgi_temp_path $W/tmp;
-  keepalive_requests 1000000;
-  keepalive_timeout 600s;
-  ssl_session_cache shared:SSL:10m;
-  default_type application/json;
+{ nginx_head backends "$FDS" "$CONNS" 600s; cat <<CONF; } > "$W/backends.conf"
   server {
     listen 127.0.0.1:9001 ssl backlog=4096;
     ssl_certificate $W/tenant-a.crt; ssl_certificate_key $W/tenant-a.key;

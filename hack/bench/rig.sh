@@ -50,3 +50,32 @@ rig_cleanup() {
   wait 2>/dev/null || true
   rm -rf "$W"
 }
+
+# TENANT_BODY: what the tenant stand-ins answer, a ~260-byte Status as an
+# API server sends.
+TENANT_BODY='{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","message":"tenant-a api stand-in","reason":"","details":{"name":"bench","kind":"pods"},"code":200,"padding":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}'
+
+# nginx_head NAME [FDS] [WORKER_CONNECTIONS] [KEEPALIVE_TIMEOUT]: the start of
+# the config of a tenant stand-in nginx running in the foreground under W
+# (pid and error log named NAME), into its http block: session tickets and
+# cache on, keep-alive for the whole run. The caller adds the servers and
+# closes the block.
+nginx_head() {
+  mkdir -p "$W/tmp"
+  cat <<EOF
+daemon off;
+master_process off;
+worker_rlimit_nofile ${2:-65536};
+pid $W/$1.pid;
+error_log $W/$1-error.log warn;
+events { worker_connections ${3:-16384}; }
+http {
+  access_log off;
+  client_body_temp_path $W/tmp; proxy_temp_path $W/tmp; fastcgi_temp_path $W/tmp; uwsgi_temp_path $W/tmp; scgi_temp_path $W/tmp;
+  keepalive_requests 1000000;
+  keepalive_timeout ${4:-300s};
+  ssl_session_tickets on;
+  ssl_session_cache shared:SSL:10m;
+  default_type application/json;
+EOF
+}
