@@ -20,6 +20,7 @@ pub mod dns;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzz_checks;
+pub mod kx;
 pub mod metrics;
 pub mod netlink;
 pub mod pool;
