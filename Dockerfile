@@ -11,19 +11,21 @@ ARG BUILDARCH
 WORKDIR /src
 RUN set -eux; \
     case "$TARGETARCH" in \
-      amd64) target=x86_64-unknown-linux-musl;  gnu=x86_64-linux-gnu;  pkg=gcc-x86-64-linux-gnu ;; \
-      arm64) target=aarch64-unknown-linux-musl; gnu=aarch64-linux-gnu; pkg=gcc-aarch64-linux-gnu ;; \
+      amd64) target=x86_64-unknown-linux-musl;  gnu=x86_64-linux-gnu;  pkg="gcc-x86-64-linux-gnu libc6-dev-amd64-cross" ;; \
+      arm64) target=aarch64-unknown-linux-musl; gnu=aarch64-linux-gnu; pkg="gcc-aarch64-linux-gnu libc6-dev-arm64-cross" ;; \
       *) echo "unsupported TARGETARCH=$TARGETARCH (amd64, arm64)" >&2; exit 1 ;; \
     esac; \
     apt-get update; \
     apt-get install -y --no-install-recommends musl-tools; \
-    if [ "$TARGETARCH" != "$BUILDARCH" ]; then apt-get install -y --no-install-recommends "$pkg"; fi; \
+    if [ "$TARGETARCH" != "$BUILDARCH" ]; then apt-get install -y --no-install-recommends $pkg; fi; \
     rm -rf /var/lib/apt/lists/*; \
     rustup target add "$target"; \
     echo "$target" > /target; echo "$gnu" > /gnu
 COPY . .
-# C code of dependencies (ring) is built with the target's gcc; Rust's musl
-# targets link their own musl, so the gnu cross gcc works as linker.
+# C code of dependencies (ring, aws-lc) is built with the target's gcc and
+# its libc headers (libc6-dev-*-cross: without them ring's C does not
+# compile); Rust's musl targets link their own musl, so the gnu cross gcc
+# works as linker.
 RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,target=/src/target,sharing=locked \
     set -eux; \
