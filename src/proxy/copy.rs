@@ -132,9 +132,10 @@ impl Half {
                 self.need_flush = true;
             }
             if self.read_done {
-                ready!(w.as_mut().poll_flush(cx)).map_err(HalfError::Write)?;
-                self.need_flush = false;
+                // A shutdown flushes first (AsyncWrite's contract): a TLS
+                // stream sends its last records and close_notify at once.
                 ready!(w.as_mut().poll_shutdown(cx)).map_err(HalfError::Write)?;
+                self.need_flush = false;
                 self.done = true;
                 return Poll::Ready(Ok(()));
             }

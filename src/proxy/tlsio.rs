@@ -6,9 +6,11 @@
 //! 8 KiB of every idle connection, more than everything else it holds. Here
 //! the caller owns the buffers: the receive buffer is taken from a small
 //! per-thread pool only once the socket is readable and given back as soon
-//! as no partial record is left in it; the send buffer only holds records the
-//! socket has not taken yet. Records are decrypted into rustls's plaintext
-//! queue and copied straight into the reader's buffer.
+//! as no partial record is left in it; the send buffer holds records until
+//! the next flush, read, close or the end of the handshake sends them
+//! (several records, or the last data and close_notify, leave in one
+//! segment) and is given back once the socket took them. Records are decrypted into
+//! rustls's plaintext queue and copied straight into the reader's buffer.
 //!
 //! About 575 lines before its tests: one state machine over rustls's
 //! unbuffered states, for both sides, kept whole so that its reading,
@@ -44,6 +46,11 @@ const BUF_SIZE: usize = 5 + 16 * 1024 + 2048;
 
 /// Largest plaintext encrypted per write: one full record.
 const MAX_PLAINTEXT: usize = 16 * 1024;
+
+/// What a record adds to its plaintext at most (TLS 1.2 AES-GCM: header,
+/// explicit nonce and tag; TLS 1.3: header, content type and tag), rounded
+/// up.
+const MAX_OVERHEAD: usize = 64;
 
 /// A handshake message may span several records; rustls's own buffered
 /// connections allow 64 KiB for one, and so do we.
@@ -291,6 +298,13 @@ impl<C: Side> TlsIo<C> {
     /// Read more ciphertext once the socket is readable: the buffer is
     /// taken only then. `Ok(false)`: the peer closed the TCP stream.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<bool>> {
+        // What the peer may be waiting for goes first (a handshake flight,
+        // an alert, a key update), without waiting for the socket to take
+        // it: a peer that reads only once it could write must not stall our
+        // reading.
+        if let Poll::Ready(Err(e)) = self.poll_send(cx) {
+            return Poll::Ready(Err(e));
+        }
         ready!(self.io.poll_read_ready(cx))?;
         self.rx.compact();
         if self.rx.end >= MAX_RX {
@@ -322,12 +336,11 @@ impl<C: Side> TlsIo<C> {
     }
 
     /// One step: process what was received and act on the state rustls is
-    /// in: send its records, hand out plaintext, or do what `want` asks once
-    /// application data may flow.
-    fn step(&mut self, cx: &mut Context<'_>, want: Want<'_, '_>) -> Poll<io::Result<Step>> {
+    /// in: queue its records, hand out plaintext, or do what `want` asks
+    /// once application data may flow. No I/O: the caller sends and reads.
+    fn step(&mut self, want: Want<'_, '_>) -> io::Result<Step> {
         let Self {
             conn,
-            io,
             rx,
             tx,
             plain,
@@ -345,7 +358,7 @@ impl<C: Side> TlsIo<C> {
         let step = match status.state {
             Err(e) => {
                 rx.consume(discard);
-                return Poll::Ready(Err(self.fail(e)));
+                return Err(self.fail(e));
             }
             Ok(ConnectionState::ReadTraffic(mut records)) => {
                 let mut out = match want {
@@ -372,26 +385,16 @@ impl<C: Side> TlsIo<C> {
                         enc.encode(tx.room(s.required_size))
                             .map_err(|e| io::Error::other(e.to_string()))?
                     }
-                    Err(e) => return Poll::Ready(Err(io::Error::other(e.to_string()))),
+                    Err(e) => return Err(io::Error::other(e.to_string())),
                 };
                 tx.filled(n);
                 Step::Again
             }
             Ok(ConnectionState::TransmitTlsData(t)) => {
-                while !tx.is_empty() {
-                    let n = match Pin::new(&mut *io).poll_write(cx, tx.bytes()) {
-                        Poll::Ready(r) => r?,
-                        Poll::Pending => {
-                            // Not done: rustls asks again next time.
-                            rx.consume(discard);
-                            return Poll::Pending;
-                        }
-                    };
-                    if n == 0 {
-                        return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-                    }
-                    tx.consume(n);
-                }
+                // The records stay in `tx` and leave with the next send: before
+                // the next read (`poll_fill`), at the end of the handshake,
+                // with application data on flush, or with close_notify (a
+                // response and close_notify leave in one segment).
                 t.done();
                 Step::Again
             }
@@ -405,7 +408,7 @@ impl<C: Side> TlsIo<C> {
                         Err(EncryptError::InsufficientSize(s)) => w
                             .encrypt(data, tx.room(s.required_size))
                             .map_err(|e| io::Error::other(e.to_string()))?,
-                        Err(e) => return Poll::Ready(Err(io::Error::other(e.to_string()))),
+                        Err(e) => return Err(io::Error::other(e.to_string())),
                     };
                     tx.filled(n);
                     Step::Done
@@ -416,7 +419,7 @@ impl<C: Side> TlsIo<C> {
                         Err(EncryptError::InsufficientSize(s)) => w
                             .queue_close_notify(tx.room(s.required_size))
                             .map_err(|e| io::Error::other(e.to_string()))?,
-                        Err(e) => return Poll::Ready(Err(io::Error::other(e.to_string()))),
+                        Err(e) => return Err(io::Error::other(e.to_string())),
                     };
                     tx.filled(n);
                     Step::Done
@@ -435,14 +438,14 @@ impl<C: Side> TlsIo<C> {
                 Step::Closed
             }
             Ok(_) => {
-                return Poll::Ready(Err(io::Error::new(
+                return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     "unexpected TLS state (early data)",
-                )));
+                ));
             }
         };
         rx.consume(discard);
-        Poll::Ready(Ok(step))
+        Ok(step)
     }
 
     /// Turn a TLS error into an I/O error, sending the alert rustls queued
@@ -461,11 +464,17 @@ impl<C: Side> TlsIo<C> {
 
     fn poll_handshake(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         loop {
-            match ready!(self.step(cx, Want::Handshake))? {
+            match self.step(Want::Handshake)? {
                 Step::Again => {}
                 // A TLS 1.3 server may send before the client's Finished;
                 // the handshake is complete only once that has arrived.
-                Step::Done if !self.conn.is_handshaking() => return Poll::Ready(Ok(())),
+                // Its last flight leaves now rather than with the first data:
+                // held back, it would keep a send buffer per connection
+                // while the other side's handshake runs.
+                Step::Done if !self.conn.is_handshaking() => {
+                    ready!(self.poll_send(cx))?;
+                    return Poll::Ready(Ok(()));
+                }
                 Step::Done | Step::Read => {
                     if !ready!(self.poll_fill(cx))? {
                         return Poll::Ready(Err(eof(
@@ -502,7 +511,7 @@ impl<C: Side> AsyncRead for TlsIo<C> {
             if this.peer_closed {
                 return Poll::Ready(Ok(()));
             }
-            match ready!(this.step(cx, Want::Read(buf)))? {
+            match this.step(Want::Read(buf))? {
                 Step::Again => {}
                 Step::Done | Step::Closed => return Poll::Ready(Ok(())),
                 Step::Read => {
@@ -526,8 +535,6 @@ impl<C: Side> AsyncWrite for TlsIo<C> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        // Records the socket has not taken yet come first: back-pressure.
-        ready!(this.poll_send(cx))?;
         if buf.is_empty() {
             return Poll::Ready(Ok(0));
         }
@@ -535,8 +542,14 @@ impl<C: Side> AsyncWrite for TlsIo<C> {
             return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
         }
         let n = buf.len().min(MAX_PLAINTEXT);
+        // A record queues behind the pending ones while the buffer has room
+        // for it, and the caller's flush sends them together; otherwise the
+        // pending ones go first: back-pressure.
+        if !this.tx.is_empty() && this.tx.buf.len() - this.tx.end < n + MAX_OVERHEAD {
+            ready!(this.poll_send(cx))?;
+        }
         loop {
-            match ready!(this.step(cx, Want::Write(&buf[..n])))? {
+            match this.step(Want::Write(&buf[..n]))? {
                 Step::Again => {}
                 Step::Done => break,
                 Step::Read => {
@@ -548,12 +561,7 @@ impl<C: Side> AsyncWrite for TlsIo<C> {
                 Step::Closed => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
             }
         }
-        // Hand the record to the socket now; what it does not take waits in
-        // `tx` and holds back the next write.
-        match this.poll_send(cx) {
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            _ => Poll::Ready(Ok(n)),
-        }
+        Poll::Ready(Ok(n))
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -564,9 +572,9 @@ impl<C: Side> AsyncWrite for TlsIo<C> {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        ready!(this.poll_send(cx))?;
+        // close_notify queues behind the pending records: one send for all.
         while !this.close_sent {
-            match ready!(this.step(cx, Want::Close))? {
+            match this.step(Want::Close)? {
                 Step::Again => {}
                 Step::Done | Step::Closed | Step::Read => this.close_sent = true,
             }
@@ -587,12 +595,19 @@ mod tests {
 
     /// A CA-less pair: the client trusts the server's self-signed leaf.
     fn configs() -> (Arc<ServerConfig>, Arc<ClientConfig>) {
+        configs_for(rustls::DEFAULT_VERSIONS)
+    }
+
+    /// `configs()` speaking only `versions`.
+    fn configs_for(
+        versions: &[&'static rustls::SupportedProtocolVersion],
+    ) -> (Arc<ServerConfig>, Arc<ClientConfig>) {
         let provider = crate::proxy::tls::provider();
         let leaf = rcgen::generate_simple_self_signed(vec!["api.example.com".to_string()]).unwrap();
         let der = leaf.cert.der().clone();
         let key = PrivatePkcs8KeyDer::from(leaf.signing_key.serialize_der()).into();
         let mut server = ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
+            .with_protocol_versions(versions)
             .unwrap()
             .with_no_client_auth()
             .with_single_cert(vec![der.clone()], key)
@@ -601,7 +616,7 @@ mod tests {
         let mut roots = RootCertStore::empty();
         roots.add(der).unwrap();
         let client = ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
+            .with_protocol_versions(versions)
             .unwrap()
             .with_root_certificates(roots)
             .with_no_client_auth();
@@ -672,6 +687,36 @@ mod tests {
     /// Interoperates with rustls's buffered connections (tokio-rustls) on
     /// the other side, and the second upstream connection resumes the
     /// session with the ticket the server issued on the first.
+    /// Records wait in the send buffer for a flush, but a peer that writes
+    /// first (and waits for our Finished before it can) must not stall:
+    /// with TLS 1.2 and TLS 1.3.
+    #[tokio::test]
+    async fn a_server_that_speaks_first_gets_our_last_flight() {
+        for version in [&rustls::version::TLS12, &rustls::version::TLS13] {
+            let (server_cfg, client) = configs_for(&[version]);
+            let acceptor = tokio_rustls::TlsAcceptor::from(server_cfg.clone());
+            let (c, s) = pair().await;
+            let server = tokio::spawn(async move {
+                let mut t = acceptor.accept(s).await.unwrap();
+                t.write_all(b"hello").await.unwrap();
+                t.flush().await.unwrap();
+                t.get_ref().1.protocol_version()
+            });
+            let client = async {
+                let mut t = ClientTls::connect(client, name(), c).await?;
+                let mut got = [0u8; 5];
+                t.read_exact(&mut got).await.map(|_| got)
+            };
+            let got = tokio::time::timeout(std::time::Duration::from_secs(5), client)
+                .await
+                .expect("stalled: the server never got our handshake's last flight")
+                .unwrap();
+            assert_eq!(&got, b"hello");
+            let spoken = server.await.unwrap();
+            assert_eq!(spoken, Some(version.version), "{version:?}");
+        }
+    }
+
     #[tokio::test]
     async fn interoperates_with_tokio_rustls_and_resumes() {
         let (server_cfg, client_cfg) = configs();
