@@ -9,8 +9,9 @@
 //! as no partial record is left in it; the send buffer holds records until
 //! the next flush, read, close or the end of the handshake sends them
 //! (several records, or the last data and close_notify, leave in one
-//! segment) and is given back once the socket took them. Records are decrypted into
-//! rustls's plaintext queue and copied straight into the reader's buffer.
+//! segment) and is given back once the socket took them. Records are
+//! decrypted into rustls's plaintext queue and copied straight into the
+//! reader's buffer.
 //!
 //! About 575 lines before its tests: one state machine over rustls's
 //! unbuffered states, for both sides, kept whole so that its reading,
