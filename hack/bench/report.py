@@ -37,13 +37,57 @@ def get(metric, t):
     return med(f"{metric}.{t}")
 
 
-PATHS = [
-    ("reencrypt (no SNI)", "ours_re", "hap_k0s", "HAProxy, k0smotron's config (RSA leaf)",
-     "CPU/new conn <= 0.30x, CPU/keep-alive req <= 0.50x, added p99 <= 0.7x, idle conn <= 8 KB, idle RSS <= 5 MB"),
-    ("passthrough (SNI = apiHost, client cert)", "ours_sni", "hap_l4", "HAProxy mode tcp",
-     "idle conn <= 4 KB"),
-    ("PROXY v2 (no SNI)", "ours_pp", "hap_pp", "HAProxy mode tcp, send-proxy-v2", ""),
+def per_rep(metric, t):
+    """The metric's value in each repetition (latencies: minus direct's)."""
+    if metric in ("add50", "add99"):
+        p = metric.replace("add", "p")
+        return [a - d for a, d in zip(vals.get(f"{p}.{t}", []), vals.get(f"{p}.direct", []))]
+    return vals.get(f"{metric}.{t}", [])
+
+
+# Targets per path: (label, metric, kind, limit). "ratio": ours / HAProxy
+# at most `limit`, judged on the medians and shown per repetition too
+# (each repetition runs every target one after the other, so its pair of
+# runs saw the same machine); "bytes" and "kib": an absolute limit on
+# ours (5 MB = 5,000,000 bytes).
+REENCRYPT_TARGETS = [
+    ("CPU/new conn <= 0.30x", "nccpu", "ratio", 0.30),
+    ("CPU/keep-alive req <= 0.50x", "kacpu", "ratio", 0.50),
+    ("added p99 <= 0.7x", "add99", "ratio", 0.7),
+    ("idle conn <= 8 KB", "idle_conn", "bytes", 8000),
+    ("idle RSS <= 5 MB", "idle_rss", "kib", 5_000_000),
 ]
+PATHS = [
+    ("reencrypt (no SNI)", "ours_re", "hap_k0s", "HAProxy, k0smotron's config (RSA leaf)", REENCRYPT_TARGETS),
+    ("passthrough (SNI = apiHost, client cert)", "ours_sni", "hap_l4", "HAProxy mode tcp",
+     [("idle conn <= 4 KB", "idle_conn", "bytes", 4000)]),
+    ("PROXY v2 (no SNI)", "ours_pp", "hap_pp", "HAProxy mode tcp, send-proxy-v2", []),
+]
+
+
+def verdict(targets, ours, anchor):
+    """One line per target: the figure, met or not, and for ratios how
+    many repetitions met it: on a shared machine the anchor's own CPU moves
+    between runs, and a median near the limit says little alone."""
+    for label, metric, kind, limit in targets:
+        o = get(metric, ours)
+        if o is None:
+            continue
+        if kind == "ratio":
+            r = ratio(o, get(metric, anchor))
+            if r is None:
+                continue
+            reps_r = [x / y for x, y in zip(per_rep(metric, ours), per_rep(metric, anchor)) if y > 0]
+            met = sum(x <= limit for x in reps_r)
+            spread = (f" (repetitions from {min(reps_r):.2f} to {max(reps_r):.2f}, met in {met} of {len(reps_r)})"
+                      if reps_r else "")
+            print(f"#  {label:<30} {r:.2f}x {'met' if r <= limit else 'NOT met'}{spread}")
+        else:
+            n = o * 1024 if kind == "kib" else o
+            shown = f"{n / 1e6:.2f} MB ({o:.0f} KiB)" if kind == "kib" else f"{n / 1e3:.2f} kB"
+            print(f"#  {label:<30} {shown} {'met' if n <= limit else 'NOT met'}")
+
+
 ROWS = [
     ("CPU us per new TLS connection", "nccpu", "{:.0f}"),
     ("CPU us per keep-alive request", "kacpu", "{:.1f}"),
@@ -59,14 +103,12 @@ ROWS = [
 
 print(f"# hcp-ingress proxy vs HAProxy, same run: medians of {reps} x {dur}s, c={conns}; {idle} idle connections held")
 print("# CPU = utime+stime of the proxy process itself per unit of work; lower is better")
-for title, ours, anchor, anchor_name, target in PATHS:
+for title, ours, anchor, anchor_name, targets in PATHS:
     if not any(k.endswith("." + ours) for k in vals):
         continue
     # HCP_INGRESS_B: a second build on the same path, same run.
     b = ours + "_b" if any(k.endswith("." + ours + "_b") for k in vals) else None
     print(f"\n## {title}: ours vs {anchor_name}")
-    if target:
-        print(f"#  targets: {target}")
     head = f"{'metric':<36}{'HAProxy':>12}{'ours':>12}{'ratio':>8}"
     print(head + (f"{'ours B':>12}{'ratio':>8}{'B/A':>8}" if b else ""))
     for name, metric, f in ROWS:
@@ -78,6 +120,9 @@ for title, ours, anchor, anchor_name, target in PATHS:
             ob = get(metric, b)
             line += f"{fmt(ob, f):>12}{fmt(ratio(ob, a), '{:.2f}'):>8}{fmt(ratio(ob, o), '{:.2f}'):>8}"
         print(line)
+    if targets:
+        print("#  targets (ours):")
+        verdict(targets, ours, anchor)
 if med("nccpu.hap_ecdsa") is not None:
     print(f"\nHAProxy with our ECDSA leaf: {fmt(med('nccpu.hap_ecdsa'))} us per new connection "
           f"(ours / it: {fmt(ratio(med('nccpu.ours_re'), med('nccpu.hap_ecdsa')), '{:.2f}')}), "
