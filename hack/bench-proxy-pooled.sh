@@ -34,6 +34,8 @@ API=api.tenant-a.example.com
 . hack/bench/rig.sh
 require haproxy nginx wrk openssl python3 curl ss
 proxy_binary release
+# Every process under test starts from a cold page cache, as on a node.
+evict "$HCP_INGRESS" "$(command -v haproxy)"
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 workdir bench-pooled
 

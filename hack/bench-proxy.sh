@@ -46,7 +46,8 @@
 #      key exchange),
 #      ONLY=lat (latency runs only: skips memory, keep-alive and new-conn),
 #      ONLY=mem (memory only: skips the load runs),
-#      PROXY_WRAP (a command the reencrypt proxy runs under, e.g. valgrind),
+#      PROXY_WRAP (a command the reencrypt proxy runs under, e.g. valgrind;
+#      with PROXY_WRAP_ALL=1 every one of ours),
 #      PERF_RECORD=FILE, STRACE_COUNT=FILE (perf record -g, strace -c the
 #      reencrypt proxy during the keep-alive and new-connection runs of the
 #      first repetition: FILE.ka, FILE.nc; CPU figures of those runs
@@ -70,6 +71,8 @@ NET=${NET:-127.0.0}
 require haproxy nginx wrk openssl python3 curl
 proxy_binary "$PROFILE"
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+# Every process under test starts from a cold page cache, as on a node.
+evict "$HCP_INGRESS" ${HCP_INGRESS_B:+"$HCP_INGRESS_B"} "$(command -v haproxy)"
 workdir bench-proxy
 
 # --- PKI: cluster CA, tenant API certs (RSA-2048 like a kube-apiserver),
@@ -183,7 +186,9 @@ workerThreads: $PROXY_THREADS
 ${PROXY_EXTRA:-}
 EOF
   local wrap=()
-  [ "$1" = re ] && [ -n "${PROXY_WRAP:-}" ] && read -ra wrap <<< "$PROXY_WRAP"
+  if [ -n "${PROXY_WRAP:-}" ] && { [ "$1" = re ] || [ "${PROXY_WRAP_ALL:-}" = 1 ]; }; then
+    read -ra wrap <<< "$PROXY_WRAP"
+  fi
   proxy_argv "${7:-$HCP_INGRESS}"
   "${wrap[@]}" "${PROXY_ARGV[@]}" --config "$W/ours-$1.yaml" & PIDS+=($!)
   eval "OURS_$1=$!"

@@ -3,14 +3,15 @@
 # haproxy, nginx + stream: the shared SNI ingress in data-path tests;
 # iproute2 + iptables: network namespaces as nodes, DNAT as kube-proxy does;
 # wrk, python3: benchmark rig; openssl, curl: certificates and probes;
-# dnsmasq-base: a real DNS server for the doctor test (no system service).
+# dnsmasq-base: a real DNS server for the doctor test (no system service);
+# musl-tools: the image's static build (hack/check-image-proxy.sh).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 $SUDO apt-get update
 $SUDO apt-get install -y --no-install-recommends \
-  haproxy nginx libnginx-mod-stream iproute2 iptables wrk openssl python3 ca-certificates curl dnsmasq-base
+  haproxy nginx libnginx-mod-stream iproute2 iptables wrk openssl python3 ca-certificates curl dnsmasq-base musl-tools
 # The packages start system services; tests start their own instances.
 $SUDO service haproxy stop >/dev/null 2>&1 || true
 $SUDO service nginx stop >/dev/null 2>&1 || true

@@ -38,6 +38,8 @@ if [ "$N" -gt "$MAXN" ]; then
   N=$MAXN
 fi
 proxy_binary load
+# Every process under test starts from a cold page cache, as on a node.
+evict "$HCP_INGRESS" "$(command -v haproxy)"
 workdir load-proxy
 
 (

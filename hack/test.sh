@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The test command of the README: format, lints, then every test of the workspace.
+# The test command of the README: format, lints, the dependency audit, the
+# image's proxy build (hack/check-image-proxy.sh), then every test of the workspace.
 # Installs the test peers (haproxy, nginx, iptables, ...) first when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for tool in haproxy nginx iptables ip wrk dnsmasq cargo-deny; do
+for tool in haproxy nginx iptables ip wrk dnsmasq cargo-deny musl-gcc; do
   command -v "$tool" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v "$tool" >/dev/null 2>&1 || {
     echo "hack/test.sh: $tool is missing, installing the test peers" >&2
     bash hack/install-test-deps.sh
@@ -19,6 +20,7 @@ bash hack/install-promql.sh >/dev/null
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 bash hack/audit.sh
+bash hack/check-image-proxy.sh
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --locked --no-fail-fast
 else

@@ -28,6 +28,22 @@ proxy_binary() {
   fi
 }
 
+# evict FILE...: drop the files' pages from the page cache (those no process
+# maps), so that the next process to start reads them as on a node that just
+# pulled the image. A file just written, a fresh build, sits in the page cache
+# in large folios that the kernel maps whole: its first process would count
+# all of its text as resident instead of 64 KiB around each page it touches.
+evict() {
+  python3 - "$@" <<'EOF'
+import os, sys
+for path in sys.argv[1:]:
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)  # dirty pages cannot be dropped
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+EOF
+}
+
 # proxy_argv BIN: PROXY_ARGV, the command that starts BIN's node proxy: the
 # proxy-only binary as it is, the multi-subcommand one with `proxy` (so an
 # A/B run can set either against the other).
