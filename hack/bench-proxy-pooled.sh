@@ -21,7 +21,8 @@
 #
 # Env: DURATION (s, default 5), REPS (default 3), CONNS (default 50),
 #      POD_CONNS (default 200), HCP_INGRESS (binary; default: hcp-ingress-proxy
-#      from cargo build --release).
+#      from cargo build --release), PROXY_WRAP (a command the pooled proxy
+#      runs under, e.g. valgrind; its CPU figures are then the wrapper's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -106,8 +107,10 @@ admin: {address: "$1:9445"}
 limits: {maxConnections: 20000}
 log: {level: warn}
 EOF
+  local wrap=()
+  [ "$2" = pooled ] && [ -n "${PROXY_WRAP:-}" ] && read -ra wrap <<< "$PROXY_WRAP"
   proxy_argv "$HCP_INGRESS"
-  "${PROXY_ARGV[@]}" --config "$W/proxy-$2.yaml" & PIDS+=($!)
+  "${wrap[@]}" "${PROXY_ARGV[@]}" --config "$W/proxy-$2.yaml" & PIDS+=($!)
 }
 proxy 127.0.15.3 reencrypt; REENCRYPT_PID=${PIDS[-1]}
 proxy 127.0.15.4 pooled; POOLED_PID=${PIDS[-1]}

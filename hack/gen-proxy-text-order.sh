@@ -7,17 +7,19 @@
 #   1. build the release musl proxy with symbols and a linker map;
 #   2. run hack/bench-proxy.sh's memory phase (start, health checks,
 #      requests and idle connections on the reencrypt, passthrough and
-#      PROXY v2 paths) with every proxy under callgrind, which sees every
-#      function that runs, and list their sections, hottest first;
-#   3. relink with that list and run the same phase natively under
+#      PROXY v2 paths) and a short hack/bench-proxy-pooled.sh (pods'
+#      requests over the pooled mode's HTTP/2 upstream) with every proxy
+#      under callgrind, which sees every function that runs, and list their
+#      sections, hottest first;
+#   3. relink with that list and run the same again natively under
 #      `perf record -e page-faults`: code that faults outside the grouped
 #      section (assembly picks other variants than under valgrind, which
 #      hides CPU features; start-up code before valgrind's instrumentation)
-#      is appended; repeated until no fault lands outside (ROUNDS, default 3).
+#      is appended; repeated until no fault lands outside (at most ROUNDS, default 5).
 #
-# Takes 15-25 minutes on 2 cores (two full builds). Needs valgrind, perf
-# (linux-perf), binutils and hack/bench-proxy.sh's packages, the
-# x86_64-unknown-linux-musl target and musl-tools. Regenerate when the
+# Takes 20-30 minutes on 2 cores (one full build, a relink per round).
+# Needs valgrind, perf (linux-perf), binutils and hack/bench-proxy.sh's
+# packages, the x86_64-unknown-linux-musl target and musl-tools. Regenerate when the
 # proxy's dependencies or start-up change much: hack/bench-proxy.sh's
 # idle VmRSS shows it (a stale list costs memory, never correctness).
 # Env: TEXT_ORDER_TARGET_DIR (default target/text-order), ROUNDS, IDLE
@@ -32,7 +34,7 @@ done
 T=x86_64-unknown-linux-musl
 TD=${TEXT_ORDER_TARGET_DIR:-target/text-order}
 LIST=link/proxy-text-order.txt
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 mkdir -p "$TD"
 TD=$(cd "$TD" && pwd)
 G=$(mktemp -d /tmp/text-order.XXXXXX)
@@ -48,9 +50,20 @@ build() {
   cp "$BIN" "$G/proxy"
 }
 
-rig() { # WRAPPER: the benchmark's memory phase, every proxy under WRAPPER
+# The benchmarks' short runs with every proxy under test under a wrapper:
+# the default paths, then the opt-in pooled mode.
+rig_paths() { # WRAPPER
   ONLY=mem IDLE="${IDLE:-100}" HCP_INGRESS="$G/proxy" PROXY_WRAP="$1" PROXY_WRAP_ALL=1 \
     bash hack/bench-proxy.sh > "$G/rig.log" 2>&1 || { cat "$G/rig.log" >&2; exit 1; }
+}
+rig_pooled() { # WRAPPER
+  DURATION=1 REPS=1 POD_CONNS=20 HCP_INGRESS="$G/proxy" PROXY_WRAP="$1" \
+    bash hack/bench-proxy-pooled.sh > "$G/rig-pooled.log" 2>&1 || { cat "$G/rig-pooled.log" >&2; exit 1; }
+}
+wrapper() { # NAME COMMAND...: a PROXY_WRAP script that execs COMMAND "$@"
+  printf '#!/usr/bin/env bash\nexec %s "$@"\n' "${*:2}" > "$G/$1.sh"
+  chmod +x "$G/$1.sh"
+  echo "$G/$1.sh"
 }
 
 write_list() { # PATTERNS-FILE
@@ -58,25 +71,24 @@ write_list() { # PATTERNS-FILE
 }
 
 build "current list"
-cat > "$G/callgrind.sh" <<EOF
-#!/usr/bin/env bash
-exec valgrind --tool=callgrind --demangle=no --callgrind-out-file=$G/cg.%p "\$@"
-EOF
-chmod +x "$G/callgrind.sh"
-echo "gen-proxy-text-order: the rig under callgrind" >&2
-rig "$G/callgrind.sh"
-python3 hack/bench/text_order.py callgrind "$G/proxy.map" "$G/proxy" "$G"/cg.* > "$G/patterns"
-echo "gen-proxy-text-order: $(wc -l < "$G/patterns") sections ran under callgrind" >&2
+echo "gen-proxy-text-order: the rigs under callgrind" >&2
+callgrind() { echo "valgrind --tool=callgrind --demangle=no --callgrind-out-file=$G/cg.$1.%p"; }
+rig_paths "$(wrapper cg-paths "$(callgrind paths)")"
+rig_pooled "$(wrapper cg-pooled "$(callgrind pooled)")"
+# The default paths' code first: a proxy that never pools must not have
+# the pooled mode's code spread between the pages it uses.
+python3 hack/bench/text_order.py callgrind "$G/proxy.map" "$G/proxy" "$G"/cg.paths.* > "$G/patterns"
+python3 hack/bench/text_order.py callgrind "$G/proxy.map" "$G/proxy" "$G"/cg.pooled.* \
+  | { grep -vxFf "$G/patterns" || true; } > "$G/pooled"
+echo "gen-proxy-text-order: $(wc -l < "$G/patterns") sections ran on the default paths, $(wc -l < "$G/pooled") more in pooled mode" >&2
+cat "$G/pooled" >> "$G/patterns"
 write_list "$G/patterns"
 
 for round in $(seq 1 "$ROUNDS"); do
   build "round $round"
-  cat > "$G/perf.sh" <<EOF
-#!/usr/bin/env bash
-exec perf record -q -e page-faults -c 1 -d -o $G/pf.$round.\$\$ "\$@"
-EOF
-  chmod +x "$G/perf.sh"
-  rig "$G/perf.sh"
+  perf_wrap=$(wrapper "perf-$round" "perf record -q -e page-faults -c 1 -d -o $G/pf.$round.\$\$")
+  rig_paths "$perf_wrap"
+  rig_pooled "$perf_wrap"
   python3 hack/bench/text_order.py faults "$G/proxy.map" "$G/proxy" "$G"/pf."$round".* > "$G/more"
   # Only what the list does not hold yet (a pattern that matches nothing
   # in this build would fault again and again).
