@@ -27,9 +27,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . hack/bench/rig.sh
-for tool in valgrind perf nm readelf; do
-  command -v "$tool" >/dev/null || { echo "error: $tool is required (apt-get install -y valgrind linux-perf binutils)" >&2; exit 1; }
-done
+require valgrind perf nm readelf
 
 T=x86_64-unknown-linux-musl
 TD=${TEXT_ORDER_TARGET_DIR:-target/text-order}

@@ -5,7 +5,12 @@
 require() {
   local bin pkgs=()
   for bin in "$@"; do
-    case "$bin" in ss) pkgs+=(iproute2) ;; *) pkgs+=("$bin") ;; esac
+    case "$bin" in
+      ss) pkgs+=(iproute2) ;;
+      perf) pkgs+=(linux-perf) ;;
+      nm | readelf) pkgs+=(binutils) ;;
+      *) pkgs+=("$bin") ;;
+    esac
   done
   for bin in "$@"; do
     command -v "$bin" >/dev/null || { echo "error: $bin is required (apt-get install -y ${pkgs[*]})" >&2; exit 1; }

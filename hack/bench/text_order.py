@@ -60,17 +60,14 @@ def text_sections(map_path):
 
 
 def symbols(binary):
-    """name -> address, and a sorted (address, name) list of code symbols."""
-    by_name, code = {}, []
-    nm = subprocess.run(["nm", "-n", binary], capture_output=True, text=True, check=True)
+    """name -> address of BINARY's symbols."""
+    by_name = {}
+    nm = subprocess.run(["nm", binary], capture_output=True, text=True, check=True)
     for line in nm.stdout.splitlines():
         p = line.split()
         if len(p) == 3:
-            addr = int(p[0], 16)
-            by_name.setdefault(p[2], addr)
-            if p[1] in "tTwW":
-                code.append((addr, p[2]))
-    return by_name, code
+            by_name.setdefault(p[2], int(p[0], 16))
+    return by_name
 
 
 def containing(sections, starts, addr):
@@ -109,7 +106,7 @@ def callgrind(args):
     map_path, binary, dumps = args[0], args[1], args[2:]
     sections = text_sections(map_path)
     starts = [s[0] for s in sections]
-    by_name, _ = symbols(binary)
+    by_name = symbols(binary)
     cost = collections.Counter()
     for dump in dumps:
         names, fn, after_call = {}, None, False
@@ -147,6 +144,7 @@ def faults(args):
     starts = [s[0] for s in sections]
     hot_lo, hot_hi = section_bounds(binary, ".text.hot")
     text_lo, text_hi = section_bounds(binary, ".text")
+    exec_vaddr_minus_offset = exec_delta(binary)
     found = []
     for data in datas:
         perf = subprocess.run(
@@ -157,7 +155,7 @@ def faults(args):
         for line in perf.stdout.splitlines():
             m = re.search(r"PERF_RECORD_MMAP2? .*\[0x([0-9a-f]+)\(0x[0-9a-f]+\) @ 0x([0-9a-f]+) .*\]: r-xp (\S+)", line)
             if m:
-                delta = int(m.group(1), 16) - int(m.group(2), 16) - exec_delta(binary)
+                delta = int(m.group(1), 16) - int(m.group(2), 16) - exec_vaddr_minus_offset
                 continue
             m = re.match(r"^\s*page-faults:\s+([0-9a-f]+)", line)
             if m and delta is not None:
