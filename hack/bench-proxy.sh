@@ -30,7 +30,9 @@
 #
 # Env: DURATION (s per run, default 2), REPS (default 3), CONNS (default 50),
 #      ECDSA_ANCHOR=1 (also HAProxy with our ECDSA leaf on the reencrypt path),
-#      IDLE (idle connections, default 1000), PROXY_THREADS (default 1),
+#      IDLE (idle connections, default 1000), IDLE_SETTLE (seconds they are
+#      held idle before RSS is read, default 5: a proxy may release what a
+#      quiet connection no longer needs), PROXY_THREADS (default 1),
 #      HCP_INGRESS (binary; default: hcp-ingress-proxy from cargo build
 #      --profile $PROFILE [--target $TARGET]; the multi-subcommand
 #      hcp-ingress works too), TARGET (e.g. x86_64-unknown-linux-musl, what
@@ -263,6 +265,7 @@ idle_delta() { # pid host port [idle_conns.py args]
   python3 hack/bench/idle_conns.py "$1" "$2" "$IDLE" --ca "$W/ca.crt" "${@:3}" < "$fifo" > "$W/idle.out" & local py=$!
   exec 9>"$fifo"
   for _ in $(seq 1 600); do grep -q ready "$W/idle.out" 2>/dev/null && break; sleep 0.1; done
+  sleep "${IDLE_SETTLE:-5}"
   after=$(rss "$pid")
   local opened; opened=$(awk '/ready/ {print $2}' "$W/idle.out")
   exec 9>&-

@@ -53,8 +53,10 @@ enum HalfError {
 
 struct Half {
     buf: Option<Box<[u8]>>,
-    pos: usize,
-    cap: usize,
+    /// Offsets into `buf` (at most `BUF_SIZE`): 32-bit, so that the copy
+    /// state of every idle connection stays small.
+    pos: u32,
+    cap: u32,
     read_done: bool,
     need_flush: bool,
     done: bool,
@@ -112,7 +114,7 @@ impl Half {
                             }
                         } else {
                             self.pos = 0;
-                            self.cap = n;
+                            self.cap = n as u32;
                             counter.inc_by(n as u64);
                             *moved = true;
                         }
@@ -123,12 +125,15 @@ impl Half {
                 let Some(buf) = self.buf.as_ref() else {
                     break;
                 };
-                let n = ready!(w.as_mut().poll_write(cx, &buf[self.pos..self.cap]))
-                    .map_err(HalfError::Write)?;
+                let n = ready!(
+                    w.as_mut()
+                        .poll_write(cx, &buf[self.pos as usize..self.cap as usize])
+                )
+                .map_err(HalfError::Write)?;
                 if n == 0 {
                     return Poll::Ready(Err(HalfError::Write(io::ErrorKind::WriteZero.into())));
                 }
-                self.pos += n;
+                self.pos += n as u32;
                 self.need_flush = true;
             }
             if self.read_done {
@@ -194,22 +199,26 @@ pub struct CopyBidi<'a, A: ?Sized, B: ?Sized> {
     b_to_a: &'a Counter,
     idle: Duration,
     last: Instant,
-    timer: Pin<Box<Sleep>>,
+    timer: Pin<&'a mut Sleep>,
 }
 
-/// Build the copy future.
+/// Build the copy future. `timer` is the caller's, so that it lives where
+/// the caller keeps its state: inline in a future that is boxed anyway (the
+/// reencrypt path's), boxed apart in one that must stay small.
 pub fn copy_bidirectional<'a, A, B>(
     a: &'a mut A,
     b: &'a mut B,
     a_to_b: &'a Counter,
     b_to_a: &'a Counter,
     idle: Duration,
+    mut timer: Pin<&'a mut Sleep>,
 ) -> CopyBidi<'a, A, B>
 where
     A: AsyncRead + AsyncWrite + Unpin + ?Sized,
     B: AsyncRead + AsyncWrite + Unpin + ?Sized,
 {
     let now = Instant::now();
+    timer.as_mut().reset(now + idle);
     CopyBidi {
         a,
         b,
@@ -219,7 +228,7 @@ where
         b_to_a,
         idle,
         last: now,
-        timer: Box::pin(tokio::time::sleep_until(now + idle)),
+        timer,
     }
 }
 
@@ -279,6 +288,10 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt, duplex};
 
+    fn timer() -> Pin<Box<Sleep>> {
+        Box::pin(tokio::time::sleep(Duration::ZERO))
+    }
+
     #[tokio::test]
     async fn copies_both_ways_and_half_closes() {
         let (mut client, mut a) = duplex(64);
@@ -286,7 +299,15 @@ mod tests {
         let (c1, c2) = (Counter::default(), Counter::default());
         let t = tokio::spawn(async move {
             let (c1, c2) = (c1, c2);
-            let r = copy_bidirectional(&mut a, &mut b, &c1, &c2, Duration::from_secs(5)).await;
+            let r = copy_bidirectional(
+                &mut a,
+                &mut b,
+                &c1,
+                &c2,
+                Duration::from_secs(5),
+                timer().as_mut(),
+            )
+            .await;
             (r.unwrap(), c1.get(), c2.get())
         });
         let payload: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
@@ -314,7 +335,15 @@ mod tests {
         let (_client, mut a) = duplex(64);
         let (mut b, _server) = duplex(64);
         let (c1, c2) = (Counter::default(), Counter::default());
-        let r = copy_bidirectional(&mut a, &mut b, &c1, &c2, Duration::from_millis(100)).await;
+        let r = copy_bidirectional(
+            &mut a,
+            &mut b,
+            &c1,
+            &c2,
+            Duration::from_millis(100),
+            timer().as_mut(),
+        )
+        .await;
         assert_eq!(r.unwrap(), CopyEnd::Idle);
     }
 
@@ -347,18 +376,26 @@ mod tests {
         }
     }
 
+    /// Copy until the error, with a 5 s idle timeout.
+    async fn copy_err<A, B>(a: &mut A, b: &mut B) -> CopyError
+    where
+        A: AsyncRead + AsyncWrite + Unpin,
+        B: AsyncRead + AsyncWrite + Unpin,
+    {
+        let (c1, c2) = (Counter::default(), Counter::default());
+        let idle = Duration::from_secs(5);
+        copy_bidirectional(a, b, &c1, &c2, idle, timer().as_mut())
+            .await
+            .unwrap_err()
+    }
+
     #[tokio::test]
     async fn an_error_names_the_stream_it_came_from() {
         let (_client, mut a) = duplex(64);
-        let (c1, c2) = (Counter::default(), Counter::default());
-        let e = copy_bidirectional(&mut a, &mut Reset, &c1, &c2, Duration::from_secs(5))
-            .await
-            .unwrap_err();
+        let e = copy_err(&mut a, &mut Reset).await;
         assert_eq!(e.side, Side::B);
         assert_eq!(e.source.kind(), io::ErrorKind::ConnectionReset);
-        let e = copy_bidirectional(&mut Reset, &mut a, &c1, &c2, Duration::from_secs(5))
-            .await
-            .unwrap_err();
+        let e = copy_err(&mut Reset, &mut a).await;
         assert_eq!(e.side, Side::A);
     }
 }

@@ -12,6 +12,7 @@
 //! What they share lives in [`state`].
 
 pub mod admin;
+pub mod aead;
 pub mod clienthello;
 pub mod config;
 pub mod conn;
@@ -140,16 +141,19 @@ pub fn main(args: ProxyArgs) -> ExitCode {
     // workloads, and one core already carries well above a node's API load
     // (docs/proxy.md). More threads only help with many busy clients.
     let threads = state.cfg.worker_threads;
-    let runtime = if threads <= 1 {
+    let mut builder = if threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
     } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads)
-            .enable_all()
-            .build()
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
     };
+    // A thread going idle frees the expanded TLS keys of the connections
+    // that went quiet (aead.rs).
+    let runtime = builder
+        .enable_all()
+        .on_thread_park(aead::sweep_idle_keys)
+        .build();
     let runtime = match runtime {
         Ok(r) => r,
         Err(e) => {

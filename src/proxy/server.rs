@@ -332,11 +332,7 @@ pub async fn run(
             // the kernel backlog until its own timeout.
             Ok((s, peer)) => match limit.clone().try_acquire_owned() {
                 Ok(permit) => {
-                    let shared = shared.clone();
-                    tokio::spawn(async move {
-                        conn::handle(shared, s, peer).await;
-                        drop(permit);
-                    });
+                    tokio::spawn(conn::handle(shared.clone(), s, peer, permit));
                 }
                 Err(_) => {
                     refuse(s);

@@ -62,18 +62,18 @@ const MAX_RX: usize = 0xffff + BUF_SIZE;
 const POOL_MAX: usize = 8;
 
 thread_local! {
-    static POOL: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    static POOL: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A buffer of `BUF_SIZE` initialised bytes (zeroed once, when first
 /// allocated; pooled buffers are reused as they are).
-fn take_buf() -> Vec<u8> {
+fn take_buf() -> Box<[u8]> {
     POOL.with(|p| p.borrow_mut().pop())
-        .unwrap_or_else(|| vec![0u8; BUF_SIZE])
+        .unwrap_or_else(|| vec![0u8; BUF_SIZE].into_boxed_slice())
 }
 
 /// Release a buffer: pooled when it has the usual size, freed otherwise.
-fn give_buf(b: Vec<u8>) {
+fn give_buf(b: Box<[u8]>) {
     if b.len() != BUF_SIZE {
         return;
     }
@@ -86,12 +86,13 @@ fn give_buf(b: Vec<u8>) {
 }
 
 /// A buffer that exists only while it holds bytes: `buf[start..end]` is the
-/// content; `buf` is empty (unallocated) while there is none.
+/// content; `buf` is empty (unallocated) while there is none. 24 bytes:
+/// every idle connection holds four (the offsets never exceed `MAX_RX`).
 #[derive(Default)]
 struct Buf {
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
+    buf: Box<[u8]>,
+    start: u32,
+    end: u32,
 }
 
 impl Buf {
@@ -99,8 +100,26 @@ impl Buf {
         self.start == self.end
     }
 
+    fn start(&self) -> usize {
+        self.start as usize
+    }
+
+    fn end(&self) -> usize {
+        self.end as usize
+    }
+
+    /// Bytes of room after the content.
+    fn free(&self) -> usize {
+        self.buf.len() - self.end()
+    }
+
     fn bytes(&self) -> &[u8] {
-        &self.buf[self.start..self.end]
+        &self.buf[self.start()..self.end()]
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        let (start, end) = (self.start(), self.end());
+        &mut self.buf[start..end]
     }
 
     /// At least `n` writable bytes after the content.
@@ -108,10 +127,13 @@ impl Buf {
         if self.buf.is_empty() {
             self.buf = take_buf();
         }
-        if self.buf.len() - self.end < n {
-            self.buf.resize(self.end + n, 0);
+        let end = self.end();
+        if self.free() < n {
+            let mut bigger = vec![0u8; end + n].into_boxed_slice();
+            bigger[..end].copy_from_slice(&self.buf[..end]);
+            give_buf(std::mem::replace(&mut self.buf, bigger));
         }
-        &mut self.buf[self.end..]
+        &mut self.buf[end..]
     }
 
     /// Whatever room there is (a fresh buffer if none is held).
@@ -120,12 +142,12 @@ impl Buf {
     }
 
     fn filled(&mut self, n: usize) {
-        self.end += n;
+        self.end += n as u32;
     }
 
     /// Drop `n` bytes from the front; give the memory back once empty.
     fn consume(&mut self, n: usize) {
-        self.start += n;
+        self.start += n as u32;
         if self.start >= self.end {
             self.start = 0;
             self.end = 0;
@@ -136,14 +158,15 @@ impl Buf {
     /// Move the content to the front of the buffer.
     fn compact(&mut self) {
         if self.start > 0 {
-            self.buf.copy_within(self.start..self.end, 0);
+            let (start, end) = (self.start(), self.end());
+            self.buf.copy_within(start..end, 0);
             self.end -= self.start;
             self.start = 0;
         }
     }
 
     fn clear(&mut self) {
-        self.consume(self.end - self.start);
+        self.consume(self.end() - self.start());
     }
 }
 
@@ -193,7 +216,7 @@ pub struct TlsIo<C> {
     tx: Buf,
     /// Decrypted bytes the reader's buffer had no room for.
     plain: Vec<u8>,
-    plain_pos: usize,
+    plain_pos: u32,
     /// The peer sent close_notify: the reader sees EOF.
     peer_closed: bool,
     /// Our close_notify is queued.
@@ -308,17 +331,17 @@ impl<C: Side> TlsIo<C> {
         }
         ready!(self.io.poll_read_ready(cx))?;
         self.rx.compact();
-        if self.rx.end >= MAX_RX {
+        if self.rx.end() >= MAX_RX {
             return Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "TLS handshake message too large",
             )));
         }
-        let room = if self.rx.buf.len() > self.rx.end {
+        let room = if self.rx.free() > 0 {
             self.rx.spare()
         } else {
             // A record or handshake message larger than what is held.
-            self.rx.room(BUF_SIZE.min(MAX_RX - self.rx.end))
+            self.rx.room(BUF_SIZE.min(MAX_RX - self.rx.end()))
         };
         // TcpStream's own poll_read: after a short read it forgets the
         // readiness, which saves the read that would only say EAGAIN.
@@ -348,11 +371,10 @@ impl<C: Side> TlsIo<C> {
             peer_closed,
             ..
         } = self;
-        let (start, end) = (rx.start, rx.end);
-        let incoming: &mut [u8] = if start == end {
+        let incoming: &mut [u8] = if rx.is_empty() {
             &mut []
         } else {
-            &mut rx.buf[start..end]
+            rx.bytes_mut()
         };
         let status = conn.process(incoming);
         let discard = status.discard;
@@ -499,11 +521,13 @@ impl<C: Side> AsyncRead for TlsIo<C> {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         loop {
-            if this.plain_pos < this.plain.len() {
-                let n = (this.plain.len() - this.plain_pos).min(buf.remaining());
-                buf.put_slice(&this.plain[this.plain_pos..this.plain_pos + n]);
-                this.plain_pos += n;
-                if this.plain_pos == this.plain.len() {
+            let pos = this.plain_pos as usize;
+            if pos < this.plain.len() {
+                let n = (this.plain.len() - pos).min(buf.remaining());
+                buf.put_slice(&this.plain[pos..pos + n]);
+                // At most one handshake message's worth: fits in 32 bits.
+                this.plain_pos += n as u32;
+                if this.plain_pos as usize == this.plain.len() {
                     this.plain = Vec::new();
                     this.plain_pos = 0;
                 }
@@ -546,7 +570,7 @@ impl<C: Side> AsyncWrite for TlsIo<C> {
         // A record queues behind the pending ones while the buffer has room
         // for it, and the caller's flush sends them together; otherwise the
         // pending ones go first: back-pressure.
-        if !this.tx.is_empty() && this.tx.buf.len() - this.tx.end < n + MAX_OVERHEAD {
+        if !this.tx.is_empty() && this.tx.free() < n + MAX_OVERHEAD {
             ready!(this.poll_send(cx))?;
         }
         loop {
@@ -855,5 +879,12 @@ mod size_tests {
         let client = std::mem::size_of::<super::ClientTls>();
         eprintln!("ServerTls {server} B, ClientTls {client} B");
         assert!(server + client <= 4096, "{server} + {client} bytes");
+        // What we add to rustls's connection: socket, two buffer handles,
+        // the plaintext overflow and flags.
+        let ours = server - std::mem::size_of::<rustls::server::UnbufferedServerConnection>();
+        assert!(
+            ours <= 120,
+            "ServerTls adds {ours} bytes to rustls's connection"
+        );
     }
 }

@@ -19,7 +19,9 @@ pub(super) async fn within_deadline<S>(
     handshake: impl Future<Output = io::Result<S>>,
 ) -> Option<S> {
     let deadline = deadline.max(Instant::now() + Duration::from_secs(1));
-    match tokio::time::timeout_at(deadline, handshake).await {
+    // Boxed with its timer: this future shares its space in the
+    // connection's future with the copy that follows, which is smaller.
+    match Box::pin(tokio::time::timeout_at(deadline, handshake)).await {
         Ok(Ok(stream)) => Some(stream),
         Ok(Err(e)) => {
             metrics.handshake_error("tls");

@@ -125,17 +125,17 @@ pub(super) async fn connect_l4(
     shared: &Shared,
     state: &State,
     path: Path,
-    hello: &[u8],
+    hello: Vec<u8>,
     client: SocketAddr,
     local: SocketAddr,
 ) -> Option<(TcpStream, ActiveGuard)> {
     let cfg = &state.cfg;
     let first = if path == Path::ProxyProtocol {
         let mut h = proxy_protocol::header(client, local, &cfg.upstream.server_name);
-        h.extend_from_slice(hello);
+        h.extend_from_slice(&hello);
         h
     } else {
-        hello.to_vec()
+        hello
     };
     let first = &first;
     with_failover(shared, state, |addr| async move {
