@@ -189,6 +189,25 @@ impl Alg {
     fn key_len(self) -> usize {
         self.ring().key_len()
     }
+
+    /// TLS 1.2: nonce bytes sent in each record (RFC 5288's for GCM; none
+    /// for ChaCha20-Poly1305, RFC 7905).
+    fn explicit_nonce_len(self) -> usize {
+        if self.is_gcm() {
+            GCM_EXPLICIT_NONCE_LEN
+        } else {
+            0
+        }
+    }
+
+    /// The secrets rustls hands out for kernel TLS, in this AEAD's variant.
+    fn secrets(self, key: AeadKey, iv: Iv) -> ConnectionTrafficSecrets {
+        match self {
+            Alg::Aes128Gcm => ConnectionTrafficSecrets::Aes128Gcm { key, iv },
+            Alg::Aes256Gcm => ConnectionTrafficSecrets::Aes256Gcm { key, iv },
+            Alg::Chacha20Poly1305 => ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv },
+        }
+    }
 }
 
 impl Key {
@@ -217,8 +236,8 @@ impl Key {
 
 impl Drop for Key {
     fn drop(&mut self) {
-        // The expanded copy goes with the key (when dropped on the thread
-        // that last used it; elsewhere it is pushed out in time). During
+        // Its slot is free for the next key (when dropped on the thread that
+        // last used it; elsewhere it is pushed out or swept in time). During
         // thread teardown the cache may be gone already.
         let _ = CACHE.try_with(|c| {
             if let Ok(mut c) = c.try_borrow_mut() {
@@ -361,20 +380,16 @@ fn nonce_base(iv: &[u8]) -> [u8; NONCE_LEN] {
 
 struct Tls13Aead {
     alg: Alg,
-    secrets: fn(AeadKey, Iv) -> ConnectionTrafficSecrets,
 }
 
 static TLS13_AES_128_GCM: Tls13Aead = Tls13Aead {
     alg: Alg::Aes128Gcm,
-    secrets: |key, iv| ConnectionTrafficSecrets::Aes128Gcm { key, iv },
 };
 static TLS13_AES_256_GCM: Tls13Aead = Tls13Aead {
     alg: Alg::Aes256Gcm,
-    secrets: |key, iv| ConnectionTrafficSecrets::Aes256Gcm { key, iv },
 };
 static TLS13_CHACHA20_POLY1305: Tls13Aead = Tls13Aead {
     alg: Alg::Chacha20Poly1305,
-    secrets: |key, iv| ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv },
 };
 
 impl Tls13AeadAlgorithm for Tls13Aead {
@@ -399,7 +414,7 @@ impl Tls13AeadAlgorithm for Tls13Aead {
         key: AeadKey,
         iv: Iv,
     ) -> Result<ConnectionTrafficSecrets, UnsupportedOperationError> {
-        Ok((self.secrets)(key, iv))
+        Ok(self.alg.secrets(key, iv))
     }
 
     fn fips(&self) -> bool {
@@ -482,15 +497,11 @@ static TLS12_CHACHA20_POLY1305: Tls12Aead = Tls12Aead {
 };
 
 impl Tls12Aead {
-    fn is_gcm(&self) -> bool {
-        self.alg.is_gcm()
-    }
-
     /// The 12-byte nonce base: salt and first explicit nonce for GCM, the
     /// whole IV for ChaCha20-Poly1305.
     fn iv(&self, write_iv: &[u8], explicit: &[u8]) -> [u8; NONCE_LEN] {
         let mut iv = [0; NONCE_LEN];
-        if self.is_gcm() {
+        if self.alg.is_gcm() {
             iv[..4].copy_from_slice(write_iv);
             iv[4..].copy_from_slice(explicit);
         } else {
@@ -515,18 +526,11 @@ impl Tls12AeadAlgorithm for Tls12Aead {
     }
 
     fn key_block_shape(&self) -> KeyBlockShape {
-        if self.is_gcm() {
-            KeyBlockShape {
-                enc_key_len: self.alg.key_len(),
-                fixed_iv_len: 4,
-                explicit_nonce_len: GCM_EXPLICIT_NONCE_LEN,
-            }
-        } else {
-            KeyBlockShape {
-                enc_key_len: 32,
-                fixed_iv_len: NONCE_LEN,
-                explicit_nonce_len: 0,
-            }
+        let explicit_nonce_len = self.alg.explicit_nonce_len();
+        KeyBlockShape {
+            enc_key_len: self.alg.key_len(),
+            fixed_iv_len: NONCE_LEN - explicit_nonce_len,
+            explicit_nonce_len,
         }
     }
 
@@ -536,12 +540,7 @@ impl Tls12AeadAlgorithm for Tls12Aead {
         iv: &[u8],
         explicit: &[u8],
     ) -> Result<ConnectionTrafficSecrets, UnsupportedOperationError> {
-        let iv = Iv::new(self.iv(iv, explicit));
-        Ok(match (self.is_gcm(), self.alg.key_len()) {
-            (true, 16) => ConnectionTrafficSecrets::Aes128Gcm { key, iv },
-            (true, _) => ConnectionTrafficSecrets::Aes256Gcm { key, iv },
-            (false, _) => ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv },
-        })
+        Ok(self.alg.secrets(key, Iv::new(self.iv(iv, explicit))))
     }
 
     fn fips(&self) -> bool {
@@ -563,12 +562,9 @@ impl MessageEncrypter for Tls12Encrypter {
         let mut payload = PrefixedPayload::with_capacity(total_len);
         let nonce = Nonce::new(&self.key.iv(), seq).0;
         let aad = aead::Aad::from(make_tls12_aad(seq, msg.typ, msg.version, msg.payload.len()));
-        let explicit = if self.key.alg.is_gcm() {
-            payload.extend_from_slice(&nonce[4..]);
-            GCM_EXPLICIT_NONCE_LEN
-        } else {
-            0
-        };
+        let explicit = self.key.alg.explicit_nonce_len();
+        // GCM sends the nonce's last 8 bytes in the record.
+        payload.extend_from_slice(&nonce[NONCE_LEN - explicit..]);
         payload.extend_from_chunks(&msg.payload);
         let nonce = aead::Nonce::assume_unique_for_key(nonce);
         let tag = self
@@ -580,12 +576,7 @@ impl MessageEncrypter for Tls12Encrypter {
     }
 
     fn encrypted_payload_len(&self, payload_len: usize) -> usize {
-        let explicit = if self.key.alg.is_gcm() {
-            GCM_EXPLICIT_NONCE_LEN
-        } else {
-            0
-        };
-        payload_len + explicit + self.key.alg.tag_len()
+        payload_len + self.key.alg.explicit_nonce_len() + self.key.alg.tag_len()
     }
 }
 
@@ -600,11 +591,7 @@ impl MessageDecrypter for Tls12Decrypter {
         seq: u64,
     ) -> Result<InboundPlainMessage<'a>, Error> {
         let tag_len = self.key.alg.tag_len();
-        let explicit = if self.key.alg.is_gcm() {
-            GCM_EXPLICIT_NONCE_LEN
-        } else {
-            0
-        };
+        let explicit = self.key.alg.explicit_nonce_len();
         let payload = &msg.payload;
         if payload.len() < explicit + tag_len {
             return Err(Error::DecryptError);

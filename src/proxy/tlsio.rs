@@ -371,12 +371,7 @@ impl<C: Side> TlsIo<C> {
             peer_closed,
             ..
         } = self;
-        let incoming: &mut [u8] = if rx.is_empty() {
-            &mut []
-        } else {
-            rx.bytes_mut()
-        };
-        let status = conn.process(incoming);
+        let status = conn.process(rx.bytes_mut());
         let discard = status.discard;
         let step = match status.state {
             Err(e) => {
