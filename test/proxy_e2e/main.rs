@@ -181,6 +181,23 @@ fn ipv6_listen_address_and_service_ip() {
     assert_eq!(tenant(&r)["verify"], "SUCCESS", "{r}");
 }
 
+/// The proxy's allocator reserves its arenas large; on a node whose
+/// transparent huge pages are `always`, every arena touched would take RSS
+/// in 2 MiB steps. The proxy turns THP off for itself (a build setting of
+/// its allocator, `.cargo/config.toml`), whatever the node's setting.
+#[test]
+fn proxy_runs_with_transparent_huge_pages_off() {
+    let mut w = World::new(Ingress::Haproxy);
+    w.start_proxy("reencrypt", &INGRESS, "");
+    routes_and_passthrough(&w);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", w.pid("proxy"))).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("THP_enabled:"))
+        .expect("the kernel reports THP_enabled (Linux >= 5.0)");
+    assert_eq!(line.split_whitespace().nth(1), Some("0"), "{line}");
+}
+
 #[test]
 fn passthrough_mode_forwards_bytes_untouched() {
     let mut w = World::new(Ingress::Haproxy);
