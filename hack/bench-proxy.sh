@@ -53,7 +53,11 @@
 #      PERF_RECORD=FILE, STRACE_COUNT=FILE (perf record -g, strace -c the
 #      reencrypt proxy during the keep-alive and new-connection runs of the
 #      first repetition: FILE.ka, FILE.nc; CPU figures of those runs
-#      include the probe's overhead).
+#      include the probe's overhead),
+#      PERF_STAT=FILE (perf stat of EVERY process under test, ours and
+#      HAProxy alike, during those runs: syscalls, sends, packets out,
+#      wakeups of other processes, context switches, and the run's request
+#      count, in FILE.<target>.ka and .nc; divide by the requests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -296,7 +300,10 @@ fi
 runwrk() { # target mode
   local t=$1 url=${URL[$1]} pid=${PID_OF[$1]} out t0 t1 args=() perf=""
   [ -n "${SNI_AT[$t]:-}" ] && args=(-s hack/bench/sni.lua)
-  if [ "$t" = ours_re ] && [ "$REP" = 1 ] && [ "$2" != lat ]; then
+  if [ -n "${PERF_STAT:-}" ] && [ "$REP" = 1 ] && [ "$2" != lat ]; then
+    perf stat -e task-clock,context-switches,raw_syscalls:sys_enter,syscalls:sys_enter_sendto,syscalls:sys_enter_recvfrom,net:net_dev_xmit,sched:sched_wakeup \
+      -p "$pid" -o "$PERF_STAT.$t.$2" -- sleep "$DURATION" >/dev/null 2>&1 & perf=$!
+  elif [ "$t" = ours_re ] && [ "$REP" = 1 ] && [ "$2" != lat ]; then
     if [ -n "${PERF_RECORD:-}" ]; then
       perf record -q -g -p "$pid" -o "$PERF_RECORD.$2" -- sleep "$DURATION" >/dev/null 2>&1 & perf=$!
     elif [ -n "${STRACE_COUNT:-}" ]; then
@@ -314,6 +321,9 @@ runwrk() { # target mode
   esac
   t1=$(ticks "$pid")
   if [ -n "$perf" ]; then wait "$perf" || true; fi
+  if [ -n "${PERF_STAT:-}" ] && [ -f "$PERF_STAT.$t.$2" ]; then
+    echo "$out" | awk '/requests in/ {print "requests:", $1}' >> "$PERF_STAT.$t.$2"
+  fi
   if echo "$out" | grep -q "Non-2xx\|Socket errors: connect [1-9]"; then
     echo "warning: $t $2: $(echo "$out" | grep 'Non-2xx\|Socket errors' | tr '\n' ' ')" >&2
   fi
