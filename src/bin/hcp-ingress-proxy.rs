@@ -13,8 +13,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use hcp_ingress::proxy::{self, ProxyArgs};
 
-/// mimalloc instead of the libc's allocator: musl's (the image's) costs the
-/// proxy ~12 % of its CPU per new connection; see docs/proxy.md.
+/// mimalloc instead of the libc's allocator: with musl's (the image's
+/// libc) a new connection cost 12-15 % more CPU; see docs/proxy.md.
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -202,9 +202,9 @@ pub struct CopyBidi<'a, A: ?Sized, B: ?Sized> {
     timer: Pin<&'a mut Sleep>,
 }
 
-/// Build the copy future. `timer` is the caller's, so that it lives where
-/// the caller keeps its state: inline in a future that is boxed anyway (the
-/// reencrypt path's), boxed apart in one that must stay small.
+/// Build the copy future. `timer` is the caller's, so that the caller
+/// decides where it lives: inline in its own future, or boxed apart when
+/// that keeps the future within an allocator size class (both paths do).
 pub fn copy_bidirectional<'a, A, B>(
     a: &'a mut A,
     b: &'a mut B,
