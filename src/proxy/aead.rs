@@ -224,8 +224,9 @@ impl Key {
         }
     }
 
-    fn iv(&self) -> Iv {
-        Iv::new(self.iv)
+    /// The nonce of record `seq`: the IV xor the sequence number.
+    fn nonce(&self, seq: u64) -> [u8; NONCE_LEN] {
+        Nonce::new(&Iv::new(self.iv), seq).0
     }
 
     /// Run `f` with the expanded key.
@@ -434,7 +435,7 @@ impl MessageEncrypter for Tls13Encrypter {
     ) -> Result<OutboundOpaqueMessage, Error> {
         let total_len = self.encrypted_payload_len(msg.payload.len());
         let mut payload = PrefixedPayload::with_capacity(total_len);
-        let nonce = aead::Nonce::assume_unique_for_key(Nonce::new(&self.key.iv(), seq).0);
+        let nonce = aead::Nonce::assume_unique_for_key(self.key.nonce(seq));
         let aad = aead::Aad::from(make_tls13_aad(total_len));
         payload.extend_from_chunks(&msg.payload);
         payload.extend_from_slice(&[u8::from(msg.typ)]);
@@ -467,7 +468,7 @@ impl MessageDecrypter for Tls13Decrypter {
         if payload.len() < self.key.alg.tag_len() {
             return Err(Error::DecryptError);
         }
-        let nonce = aead::Nonce::assume_unique_for_key(Nonce::new(&self.key.iv(), seq).0);
+        let nonce = aead::Nonce::assume_unique_for_key(self.key.nonce(seq));
         let aad = aead::Aad::from(make_tls13_aad(payload.len()));
         let plain_len = self
             .key
@@ -560,7 +561,7 @@ impl MessageEncrypter for Tls12Encrypter {
     ) -> Result<OutboundOpaqueMessage, Error> {
         let total_len = self.encrypted_payload_len(msg.payload.len());
         let mut payload = PrefixedPayload::with_capacity(total_len);
-        let nonce = Nonce::new(&self.key.iv(), seq).0;
+        let nonce = self.key.nonce(seq);
         let aad = aead::Aad::from(make_tls12_aad(seq, msg.typ, msg.version, msg.payload.len()));
         let explicit = self.key.alg.explicit_nonce_len();
         // GCM sends the nonce's last 8 bytes in the record.
@@ -602,7 +603,7 @@ impl MessageDecrypter for Tls12Decrypter {
             nonce[4..].copy_from_slice(&payload[..GCM_EXPLICIT_NONCE_LEN]);
             nonce
         } else {
-            Nonce::new(&self.key.iv(), seq).0
+            self.key.nonce(seq)
         };
         let nonce = aead::Nonce::assume_unique_for_key(nonce);
         let plain_len = payload.len() - explicit - tag_len;

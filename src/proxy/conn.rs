@@ -166,15 +166,12 @@ pub fn handle(
                     warn!(%peer, "no upstream accepted the connection");
                     return;
                 };
-                // Boxed: this future stays small (see `handle`).
-                let mut timer = Box::pin(tokio::time::sleep(cfg.timeouts.idle));
                 let r = copy_bidirectional(
                     &mut client,
                     &mut up,
                     &up_bytes,
                     &down_bytes,
                     cfg.timeouts.idle,
-                    timer.as_mut(),
                 )
                 .await;
                 copy_ended(&shared, peer, r);
@@ -279,10 +276,7 @@ fn reencrypt<'a>(
             return;
         };
         let idle = state.cfg.timeouts.idle;
-        // Boxed apart: inline, its 112 bytes would take this future past
-        // the allocator's 2,560-byte size class (size test below).
-        let mut timer = Box::pin(tokio::time::sleep(idle));
-        let r = copy_bidirectional(&mut down, &mut up, io.up, io.down, idle, timer.as_mut()).await;
+        let r = copy_bidirectional(&mut down, &mut up, io.up, io.down, idle).await;
         copy_ended(shared, peer, r);
     }
 }
