@@ -15,10 +15,11 @@
 //!
 //! The record formats are rustls's ring provider's, line for line, behind
 //! rustls's provider interface (`Tls13AeadAlgorithm`, `Tls12AeadAlgorithm`):
-//! rustls still frames, pads, orders and numbers the records; only where the
-//! expanded key is kept differs. Each key carries a process-unique id that
-//! its cache entry must match on every use, so a key can never be confused
-//! with another connection's.
+//! during a handshake rustls frames, pads, orders and numbers the records;
+//! only where the expanded key is kept differs. After it, the proxy's own
+//! record layer ([`super::record`]) seals and opens with the same [`Key`]s.
+//! Each key carries a process-unique id that its cache entry must match on
+//! every use, so a key can never be confused with another connection's.
 
 use std::{
     cell::RefCell,
@@ -148,9 +149,10 @@ fn tls12_aead(suite: rustls::CipherSuite) -> &'static dyn Tls12AeadAlgorithm {
 
 /// A key as rustls derived it (key bytes and IV), expanded only while in
 /// the cache. 56 bytes: the encrypter or decrypter rustls boxes around it
-/// (four per reencrypted connection) takes 56 bytes of mimalloc, the
-/// proxy's allocator, which serves small objects in 8-byte steps.
-struct Key {
+/// during a handshake takes 56 bytes of mimalloc, the proxy's allocator,
+/// which serves small objects in 8-byte steps. After the handshake the
+/// record layer ([`super::record`]) holds its two keys inline.
+pub(super) struct Key {
     /// Wiped when dropped.
     bytes: Zeroizing<[u8; 32]>,
     iv: [u8; NONCE_LEN],
@@ -211,6 +213,44 @@ impl Alg {
 }
 
 impl Key {
+    /// The key rustls hands over at the end of a handshake (`None`: an
+    /// AEAD this module does not know).
+    pub(super) fn from_secrets(secrets: ConnectionTrafficSecrets) -> Option<Self> {
+        let (alg, key, iv) = match secrets {
+            ConnectionTrafficSecrets::Aes128Gcm { key, iv } => (Alg::Aes128Gcm, key, iv),
+            ConnectionTrafficSecrets::Aes256Gcm { key, iv } => (Alg::Aes256Gcm, key, iv),
+            ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv } => {
+                (Alg::Chacha20Poly1305, key, iv)
+            }
+            _ => return None,
+        };
+        Some(Self::new(alg, key, nonce_base(iv.as_ref())))
+    }
+
+    /// Bytes of the authentication tag.
+    pub(super) fn tag_len(&self) -> usize {
+        self.alg.tag_len()
+    }
+
+    /// TLS 1.2: nonce bytes each record carries (8 for GCM, 0 otherwise).
+    pub(super) fn explicit_nonce_len(&self) -> usize {
+        self.alg.explicit_nonce_len()
+    }
+
+    /// TLS 1.2: the nonce of a received record, whose GCM nonce is the
+    /// salt and the record's explicit part (RFC 5288); for
+    /// ChaCha20-Poly1305 the IV xor the sequence number (RFC 7905).
+    pub(super) fn tls12_rx_nonce(&self, explicit: &[u8], seq: u64) -> [u8; NONCE_LEN] {
+        if self.alg.is_gcm() {
+            let mut nonce = [0u8; NONCE_LEN];
+            nonce[..4].copy_from_slice(&self.iv[..4]);
+            nonce[4..].copy_from_slice(&explicit[..GCM_EXPLICIT_NONCE_LEN]);
+            nonce
+        } else {
+            self.nonce(seq)
+        }
+    }
+
     fn new(alg: Alg, key: AeadKey, iv: [u8; NONCE_LEN]) -> Self {
         let mut bytes = Zeroizing::new([0u8; 32]);
         let key = key.as_ref();
@@ -225,12 +265,12 @@ impl Key {
     }
 
     /// The nonce of record `seq`: the IV xor the sequence number.
-    fn nonce(&self, seq: u64) -> [u8; NONCE_LEN] {
+    pub(super) fn nonce(&self, seq: u64) -> [u8; NONCE_LEN] {
         Nonce::new(&Iv::new(self.iv), seq).0
     }
 
     /// Run `f` with the expanded key.
-    fn with<R>(&mut self, f: impl FnOnce(&aead::LessSafeKey) -> R) -> R {
+    pub(super) fn with<R>(&mut self, f: impl FnOnce(&aead::LessSafeKey) -> R) -> R {
         CACHE.with(|c| f(c.borrow_mut().expanded(self)))
     }
 }
@@ -597,15 +637,7 @@ impl MessageDecrypter for Tls12Decrypter {
         if payload.len() < explicit + tag_len {
             return Err(Error::DecryptError);
         }
-        let nonce = if self.key.alg.is_gcm() {
-            let mut nonce = [0u8; NONCE_LEN];
-            nonce[..4].copy_from_slice(&self.key.iv[..4]);
-            nonce[4..].copy_from_slice(&payload[..GCM_EXPLICIT_NONCE_LEN]);
-            nonce
-        } else {
-            self.key.nonce(seq)
-        };
-        let nonce = aead::Nonce::assume_unique_for_key(nonce);
+        let nonce = aead::Nonce::assume_unique_for_key(self.key.tls12_rx_nonce(payload, seq));
         let plain_len = payload.len() - explicit - tag_len;
         let aad = aead::Aad::from(make_tls12_aad(seq, msg.typ, msg.version, plain_len));
         let payload = &mut msg.payload;
@@ -625,7 +657,7 @@ impl MessageDecrypter for Tls12Decrypter {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::Arc;
 
     use rustls::{
@@ -836,7 +868,7 @@ mod tests {
 
     /// Carry every record `from` has to send to `to`, and what `to`
     /// decrypts into `got`.
-    fn pump<A, B>(
+    pub(crate) fn pump<A, B>(
         from: &mut rustls::ConnectionCommon<A>,
         to: &mut rustls::ConnectionCommon<B>,
         got: &mut Vec<u8>,

@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod netlink;
 pub mod pool;
 pub mod proxy_protocol;
+pub mod record;
 pub mod reload;
 pub mod server;
 pub mod state;

@@ -218,6 +218,9 @@ fn client_configs(
         .with_root_certificates(roots)
         .with_no_client_auth();
     base.resumption = Resumption::store(Arc::new(SessionStore::default()));
+    // The proxy's record layer takes the keys over after each handshake
+    // (src/proxy/record.rs); the secrets never leave the process.
+    base.enable_secret_extraction = true;
     let with = |alpn: &[&[u8]]| {
         let mut c = base.clone();
         c.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
@@ -249,6 +252,8 @@ fn server_configs(
     // Our suite order, not the client's: OpenSSL clients put AES-256/SHA-384
     // first, which costs more and protects no better.
     base.ignore_client_order = true;
+    // The proxy's record layer takes the keys over after each handshake.
+    base.enable_secret_extraction = true;
     let with = |alpn: &[u8]| {
         let mut c = base.clone();
         if !alpn.is_empty() {

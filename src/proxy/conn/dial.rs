@@ -166,8 +166,6 @@ pub(super) async fn connect_tls(
             .map_err(|e| ("tls", e))
     })
     .await?;
-    shared
-        .metrics
-        .upstream_handshake(up.0.conn().handshake_kind() == Some(rustls::HandshakeKind::Resumed));
+    shared.metrics.upstream_handshake(up.0.resumed());
     Some(up)
 }

@@ -29,7 +29,7 @@ impl pool::Dial for Dialer {
         Box::pin(async move {
             let (io, guard) = connect_tls(&shared, &state, &[alpn.to_vec()]).await?;
             Some(pool::Dialed {
-                alpn: io.conn().alpn_protocol().map(<[u8]>::to_vec),
+                alpn: io.alpn_protocol().map(<[u8]>::to_vec),
                 peer: io.tcp().peer_addr().ok(),
                 io: Box::new(io),
                 hold: Box::new(guard),
@@ -58,7 +58,7 @@ pub(super) async fn serve(
     let Some(down) = accept::within_deadline(m, peer, deadline, accept).await else {
         return;
     };
-    let alpn = down.conn().alpn_protocol().map(<[u8]>::to_vec);
+    let alpn = down.alpn_protocol().map(<[u8]>::to_vec);
     let ctx = pool::Ctx {
         pool: shared.pooled.clone(),
         epoch: Arc::as_ptr(&state) as usize,
