@@ -352,7 +352,9 @@ mod tests {
     /// stops, the copy ends after one timeout, not much later.
     #[tokio::test]
     async fn traffic_defers_the_idle_timeout() {
-        let idle = Duration::from_millis(400);
+        // A second, with a byte every tenth of one: a loaded machine must
+        // stall this task for a whole second to break it.
+        let idle = Duration::from_secs(1);
         let (mut client, mut a) = duplex(64);
         let (mut b, mut server) = duplex(64);
         let copy = tokio::spawn(async move {
@@ -366,7 +368,7 @@ mod tests {
             client.write_all(b"x").await.unwrap();
             server.read_exact(&mut buf).await.unwrap();
             last = Instant::now();
-            tokio::time::sleep(idle / 8).await;
+            tokio::time::sleep(idle / 10).await;
         }
         let end = copy.await.unwrap().unwrap();
         let quiet = last.elapsed();
