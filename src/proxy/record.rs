@@ -72,6 +72,9 @@ pub enum RecordError {
     /// A sequence number would wrap (2^64 records with one key).
     #[error("TLS record sequence numbers exhausted")]
     Exhausted,
+    /// More plaintext than one record holds.
+    #[error("TLS record plaintext of {0} bytes is longer than one record holds")]
+    TooLong(usize),
 }
 
 impl RecordError {
@@ -82,7 +85,7 @@ impl RecordError {
             Self::ContentType(_) | Self::NoContentType => AlertDescription::UnexpectedMessage,
             Self::Overflow(_) => AlertDescription::RecordOverflow,
             Self::Decrypt => AlertDescription::BadRecordMac,
-            Self::Exhausted => AlertDescription::InternalError,
+            Self::Exhausted | Self::TooLong(_) => AlertDescription::InternalError,
         }
     }
 }
@@ -278,7 +281,9 @@ impl Records {
         plain: &[u8],
         out: &mut [u8],
     ) -> Result<usize, RecordError> {
-        debug_assert!(plain.len() <= MAX_PLAINTEXT);
+        if plain.len() > MAX_PLAINTEXT {
+            return Err(RecordError::TooLong(plain.len()));
+        }
         let seq = self.tx_seq;
         if seq == u64::MAX {
             return Err(RecordError::Exhausted);
@@ -316,7 +321,8 @@ impl Records {
                 k.seal_in_place_separate_tag(aead::Nonce::assume_unique_for_key(nonce), aad, data)
             })
         }
-        .map_err(|_| RecordError::Exhausted)?;
+        // ring refuses only inputs longer than AES-GCM's 2^36 bytes.
+        .map_err(|_| RecordError::TooLong(plain.len()))?;
         tag_out.copy_from_slice(tag.as_ref());
         self.tx_seq = seq + 1;
         Ok(total)
@@ -464,7 +470,8 @@ mod tests {
     }
 
     /// A record that was tampered with, replayed or reordered does not
-    /// open; nor does one whose header breaks the rules.
+    /// open; nor does one whose header breaks the rules; more than a
+    /// record's plaintext is not sealed.
     #[test]
     fn refuses_tampered_replayed_and_malformed_records() {
         for suite in [
@@ -524,6 +531,12 @@ mod tests {
                 Err(RecordError::ContentType(24))
             ));
             assert_eq!(ours.next_len(&first[..len - 1]).unwrap(), None, "partial");
+            let big = vec![0u8; MAX_PLAINTEXT + 1];
+            let mut out = vec![0u8; big.len() + MAX_OVERHEAD];
+            assert!(matches!(
+                ours.seal(ContentType::ApplicationData, &big, &mut out),
+                Err(RecordError::TooLong(16_385))
+            ));
         }
     }
 

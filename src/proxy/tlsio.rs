@@ -549,8 +549,8 @@ impl ClientTls {
     }
 }
 
-/// What reading records came to.
-enum Read {
+/// What opening the received records came to.
+enum Got {
     /// Plaintext was delivered.
     Data,
     /// A whole record is needed first.
@@ -616,7 +616,7 @@ impl<D: Tickets> TlsIo<D> {
     /// Open the whole records received so far and act on them: data into
     /// `out` (what does not fit waits in `plain`), alerts, key updates,
     /// tickets. Stops once `out` has data and the next record might not fit.
-    fn read_records(&mut self, out: &mut ReadBuf<'_>) -> Result<Read, rustls::Error> {
+    fn read_records(&mut self, out: &mut ReadBuf<'_>) -> Result<Got, rustls::Error> {
         let mut delivered = false;
         loop {
             let Some(len) = self
@@ -624,10 +624,10 @@ impl<D: Tickets> TlsIo<D> {
                 .next_len(self.wire.rx.bytes())
                 .map_err(record_err)?
             else {
-                return Ok(if delivered { Read::Data } else { Read::More });
+                return Ok(if delivered { Got::Data } else { Got::More });
             };
             if delivered && out.remaining() < len {
-                return Ok(Read::Data);
+                return Ok(Got::Data);
             }
             let rec = &mut self.wire.rx.bytes_mut()[..len];
             let opened = self.records.open(rec).map_err(record_err)?;
@@ -661,7 +661,7 @@ impl<D: Tickets> TlsIo<D> {
             self.wire.rx.consume(len);
             if closed {
                 self.peer_closed = true;
-                return Ok(if delivered { Read::Data } else { Read::Closed });
+                return Ok(if delivered { Got::Data } else { Got::Closed });
             }
         }
     }
@@ -812,8 +812,8 @@ impl<D: Tickets> AsyncRead for TlsIo<D> {
                     let alert = alert_for(&e);
                     return Poll::Ready(Err(this.fail(e, alert)));
                 }
-                Ok(Read::Data | Read::Closed) => return Poll::Ready(Ok(())),
-                Ok(Read::More) => {
+                Ok(Got::Data | Got::Closed) => return Poll::Ready(Ok(())),
+                Ok(Got::More) => {
                     if !ready!(this.wire.poll_fill(cx))? {
                         // TCP closed without close_notify: a peer that
                         // crashed or a truncation, never a clean end.
