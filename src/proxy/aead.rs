@@ -237,10 +237,72 @@ impl Key {
         self.alg.explicit_nonce_len()
     }
 
+    /// TLS 1.3 (RFC 8446 section 5.2): seal record `seq`'s inner plaintext
+    /// (data and content type) in place; the tag follows it on the wire.
+    pub(super) fn seal_tls13(
+        &mut self,
+        seq: u64,
+        inner: &mut [u8],
+    ) -> Result<aead::Tag, ring::error::Unspecified> {
+        let nonce = aead::Nonce::assume_unique_for_key(self.nonce(seq));
+        let aad = aead::Aad::from(make_tls13_aad(inner.len() + self.tag_len()));
+        self.with(|k| k.seal_in_place_separate_tag(nonce, aad, inner))
+    }
+
+    /// TLS 1.3: open record `seq`'s body (ciphertext and tag) in place;
+    /// returns the length of its inner plaintext (data, content type,
+    /// padding).
+    pub(super) fn open_tls13(
+        &mut self,
+        seq: u64,
+        body: &mut [u8],
+    ) -> Result<usize, ring::error::Unspecified> {
+        let nonce = aead::Nonce::assume_unique_for_key(self.nonce(seq));
+        let aad = aead::Aad::from(make_tls13_aad(body.len()));
+        self.with(|k| k.open_in_place(nonce, aad, body).map(|p| p.len()))
+    }
+
+    /// TLS 1.2 (RFC 5246 section 6.2.3.3): seal record `seq`, whose `body`
+    /// is room for the explicit nonce ([`Self::explicit_nonce_len`] bytes,
+    /// written here: GCM sends the nonce's last 8) followed by the
+    /// plaintext, encrypted in place; the tag follows it on the wire.
+    pub(super) fn seal_tls12(
+        &mut self,
+        seq: u64,
+        typ: ContentType,
+        version: ProtocolVersion,
+        body: &mut [u8],
+    ) -> Result<aead::Tag, ring::error::Unspecified> {
+        let nonce = self.nonce(seq);
+        let (explicit, data) = body.split_at_mut(self.explicit_nonce_len());
+        explicit.copy_from_slice(&nonce[NONCE_LEN - explicit.len()..]);
+        let aad = aead::Aad::from(make_tls12_aad(seq, typ, version, data.len()));
+        let nonce = aead::Nonce::assume_unique_for_key(nonce);
+        self.with(|k| k.seal_in_place_separate_tag(nonce, aad, data))
+    }
+
+    /// TLS 1.2: open record `seq`'s body (explicit nonce, ciphertext, tag;
+    /// at least [`Self::explicit_nonce_len`] + [`Self::tag_len`] bytes) in
+    /// place; the plaintext is moved to the body's start and its length
+    /// returned.
+    pub(super) fn open_tls12(
+        &mut self,
+        seq: u64,
+        typ: ContentType,
+        version: ProtocolVersion,
+        body: &mut [u8],
+    ) -> Result<usize, ring::error::Unspecified> {
+        let explicit = self.explicit_nonce_len();
+        let nonce = aead::Nonce::assume_unique_for_key(self.tls12_rx_nonce(body, seq));
+        let plain_len = body.len() - explicit - self.tag_len();
+        let aad = aead::Aad::from(make_tls12_aad(seq, typ, version, plain_len));
+        self.with(|k| k.open_within(nonce, aad, body, explicit..).map(|p| p.len()))
+    }
+
     /// TLS 1.2: the nonce of a received record, whose GCM nonce is the
     /// salt and the record's explicit part (RFC 5288); for
     /// ChaCha20-Poly1305 the IV xor the sequence number (RFC 7905).
-    pub(super) fn tls12_rx_nonce(&self, explicit: &[u8], seq: u64) -> [u8; NONCE_LEN] {
+    fn tls12_rx_nonce(&self, explicit: &[u8], seq: u64) -> [u8; NONCE_LEN] {
         if self.alg.is_gcm() {
             let mut nonce = [0u8; NONCE_LEN];
             nonce[..4].copy_from_slice(&self.iv[..4]);
@@ -265,12 +327,12 @@ impl Key {
     }
 
     /// The nonce of record `seq`: the IV xor the sequence number.
-    pub(super) fn nonce(&self, seq: u64) -> [u8; NONCE_LEN] {
+    fn nonce(&self, seq: u64) -> [u8; NONCE_LEN] {
         Nonce::new(&Iv::new(self.iv), seq).0
     }
 
     /// Run `f` with the expanded key.
-    pub(super) fn with<R>(&mut self, f: impl FnOnce(&aead::LessSafeKey) -> R) -> R {
+    fn with<R>(&mut self, f: impl FnOnce(&aead::LessSafeKey) -> R) -> R {
         CACHE.with(|c| f(c.borrow_mut().expanded(self)))
     }
 }
@@ -475,13 +537,13 @@ impl MessageEncrypter for Tls13Encrypter {
     ) -> Result<OutboundOpaqueMessage, Error> {
         let total_len = self.encrypted_payload_len(msg.payload.len());
         let mut payload = PrefixedPayload::with_capacity(total_len);
-        let nonce = aead::Nonce::assume_unique_for_key(self.key.nonce(seq));
-        let aad = aead::Aad::from(make_tls13_aad(total_len));
         payload.extend_from_chunks(&msg.payload);
         payload.extend_from_slice(&[u8::from(msg.typ)]);
-        self.key
-            .with(|k| k.seal_in_place_append_tag(nonce, aad, &mut payload))
+        let tag = self
+            .key
+            .seal_tls13(seq, payload.as_mut())
             .map_err(|_| Error::EncryptError)?;
+        payload.extend_from_slice(tag.as_ref());
         Ok(OutboundOpaqueMessage::new(
             ContentType::ApplicationData,
             ProtocolVersion::TLSv1_2,
@@ -508,11 +570,9 @@ impl MessageDecrypter for Tls13Decrypter {
         if payload.len() < self.key.alg.tag_len() {
             return Err(Error::DecryptError);
         }
-        let nonce = aead::Nonce::assume_unique_for_key(self.key.nonce(seq));
-        let aad = aead::Aad::from(make_tls13_aad(payload.len()));
         let plain_len = self
             .key
-            .with(|k| k.open_in_place(nonce, aad, payload).map(|p| p.len()))
+            .open_tls13(seq, payload)
             .map_err(|_| Error::DecryptError)?;
         payload.truncate(plain_len);
         msg.into_tls13_unpadded_message()
@@ -601,16 +661,12 @@ impl MessageEncrypter for Tls12Encrypter {
     ) -> Result<OutboundOpaqueMessage, Error> {
         let total_len = self.encrypted_payload_len(msg.payload.len());
         let mut payload = PrefixedPayload::with_capacity(total_len);
-        let nonce = self.key.nonce(seq);
-        let aad = aead::Aad::from(make_tls12_aad(seq, msg.typ, msg.version, msg.payload.len()));
-        let explicit = self.key.alg.explicit_nonce_len();
-        // GCM sends the nonce's last 8 bytes in the record.
-        payload.extend_from_slice(&nonce[NONCE_LEN - explicit..]);
+        // Room for the explicit nonce, written by the seal.
+        payload.extend_from_slice(&[0; GCM_EXPLICIT_NONCE_LEN][..self.key.explicit_nonce_len()]);
         payload.extend_from_chunks(&msg.payload);
-        let nonce = aead::Nonce::assume_unique_for_key(nonce);
         let tag = self
             .key
-            .with(|k| k.seal_in_place_separate_tag(nonce, aad, &mut payload.as_mut()[explicit..]))
+            .seal_tls12(seq, msg.typ, msg.version, payload.as_mut())
             .map_err(|_| Error::EncryptError)?;
         payload.extend_from_slice(tag.as_ref());
         Ok(OutboundOpaqueMessage::new(msg.typ, msg.version, payload))
@@ -631,22 +687,14 @@ impl MessageDecrypter for Tls12Decrypter {
         mut msg: InboundOpaqueMessage<'a>,
         seq: u64,
     ) -> Result<InboundPlainMessage<'a>, Error> {
-        let tag_len = self.key.alg.tag_len();
-        let explicit = self.key.alg.explicit_nonce_len();
-        let payload = &msg.payload;
-        if payload.len() < explicit + tag_len {
+        if msg.payload.len() < self.key.explicit_nonce_len() + self.key.tag_len() {
             return Err(Error::DecryptError);
         }
-        let nonce = aead::Nonce::assume_unique_for_key(self.key.tls12_rx_nonce(payload, seq));
-        let plain_len = payload.len() - explicit - tag_len;
-        let aad = aead::Aad::from(make_tls12_aad(seq, msg.typ, msg.version, plain_len));
+        let (typ, version) = (msg.typ, msg.version);
         let payload = &mut msg.payload;
         let plain_len = self
             .key
-            .with(|k| {
-                k.open_within(nonce, aad, payload, explicit..)
-                    .map(|p| p.len())
-            })
+            .open_tls12(seq, typ, version, payload)
             .map_err(|_| Error::DecryptError)?;
         if plain_len > MAX_FRAGMENT_LEN {
             return Err(Error::PeerSentOversizedRecord);

@@ -256,14 +256,13 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let mut moved = false;
         if !this.ab.done
             && let Poll::Ready(r) = this.ab.poll_copy(
                 cx,
                 Pin::new(&mut *this.a),
                 Pin::new(&mut *this.b),
                 this.a_to_b,
-                &mut moved,
+                &mut this.moved,
             )
         {
             r.map_err(|e| CopyError::of(e, Side::A, Side::B))?;
@@ -274,7 +273,7 @@ where
                 Pin::new(&mut *this.b),
                 Pin::new(&mut *this.a),
                 this.b_to_a,
-                &mut moved,
+                &mut this.moved,
             )
         {
             r.map_err(|e| CopyError::of(e, Side::B, Side::A))?;
@@ -282,7 +281,6 @@ where
         if this.ab.done && this.ba.done {
             return Poll::Ready(Ok(CopyEnd::Closed));
         }
-        this.moved |= moved;
         // Once registered, the timer keeps this task's waker until it fires:
         // it needs polling only then.
         if this.armed && !this.timer.is_elapsed() {

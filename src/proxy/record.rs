@@ -20,11 +20,7 @@
 
 use std::ops::Range;
 
-use ring::aead;
-use rustls::{
-    AlertDescription, ContentType, ProtocolVersion, SupportedCipherSuite,
-    crypto::cipher::{make_tls12_aad, make_tls13_aad},
-};
+use rustls::{ContentType, ProtocolVersion, SupportedCipherSuite};
 
 use super::aead::Key;
 
@@ -44,8 +40,7 @@ const MAX_BODY: usize = MAX_PLAINTEXT + 2048;
 /// Longest TLS 1.3 record body (RFC 8446 section 5.2).
 const MAX_BODY_TLS13: usize = MAX_PLAINTEXT + 256;
 
-/// A record the layer cannot open or seal; each maps to the alert the peer
-/// is sent before the connection closes.
+/// A record the layer cannot open or seal.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
     /// The header's version is not 0x03XX.
@@ -77,19 +72,6 @@ pub enum RecordError {
     TooLong(usize),
 }
 
-impl RecordError {
-    /// The fatal alert that tells the peer why the connection ends.
-    pub fn alert(&self) -> AlertDescription {
-        match self {
-            Self::Version(_) | Self::Empty(_) | Self::Short(_) => AlertDescription::DecodeError,
-            Self::ContentType(_) | Self::NoContentType => AlertDescription::UnexpectedMessage,
-            Self::Overflow(_) => AlertDescription::RecordOverflow,
-            Self::Decrypt => AlertDescription::BadRecordMac,
-            Self::Exhausted | Self::TooLong(_) => AlertDescription::InternalError,
-        }
-    }
-}
-
 /// One opened record: its content type and where its plaintext lies in the
 /// record's bytes.
 #[derive(Debug, PartialEq, Eq)]
@@ -112,13 +94,14 @@ pub struct Records {
     tls13: bool,
 }
 
-/// The sending half of the keys rustls extracted: sequence number and key.
+/// One direction's keys as rustls hands them out: the sequence number of
+/// the next record and the key.
 pub type Secrets = (u64, rustls::ConnectionTrafficSecrets);
 
 impl Records {
     /// The layer for keys rustls extracted from a finished handshake of
-    /// `version` with `suite`; `None` for an AEAD this proxy does not know
-    /// (the caller then stays on rustls's record layer).
+    /// `version` with `suite`; `None` for a version or an AEAD this module
+    /// does not know.
     pub fn new(
         version: ProtocolVersion,
         suite: SupportedCipherSuite,
@@ -216,11 +199,9 @@ impl Records {
             if body.len() < tag_len {
                 return Err(RecordError::Short(body.len()));
             }
-            let nonce = aead::Nonce::assume_unique_for_key(self.rx.nonce(seq));
-            let aad = aead::Aad::from(make_tls13_aad(body.len()));
             let len = self
                 .rx
-                .with(|k| k.open_in_place(nonce, aad, body).map(|p| p.len()))
+                .open_tls13(seq, body)
                 .map_err(|_| RecordError::Decrypt)?;
             // The content type is the last byte that is not padding.
             let Some(end) = body[..len].iter().rposition(|&b| b != 0) else {
@@ -234,20 +215,17 @@ impl Records {
                 plain: HEADER_LEN..HEADER_LEN + end,
             }
         } else {
-            if typ == ContentType::ChangeCipherSpec || typ == ContentType::Heartbeat {
+            // (Heartbeat and unknown types never pass `next_len`.)
+            if typ == ContentType::ChangeCipherSpec {
                 return Err(RecordError::ContentType(header[0]));
             }
-            let explicit = self.rx.explicit_nonce_len();
-            if body.len() < explicit + tag_len {
+            if body.len() < self.rx.explicit_nonce_len() + tag_len {
                 return Err(RecordError::Short(body.len()));
             }
-            let nonce = aead::Nonce::assume_unique_for_key(self.rx.tls12_rx_nonce(body, seq));
             let version = ProtocolVersion::from(u16::from_be_bytes([header[1], header[2]]));
-            let plain_len = body.len() - explicit - tag_len;
-            let aad = aead::Aad::from(make_tls12_aad(seq, typ, version, plain_len));
             let len = self
                 .rx
-                .with(|k| k.open_within(nonce, aad, body, explicit..).map(|p| p.len()))
+                .open_tls12(seq, typ, version, body)
                 .map_err(|_| RecordError::Decrypt)?;
             if len > MAX_PLAINTEXT {
                 return Err(RecordError::Overflow(len));
@@ -292,7 +270,6 @@ impl Records {
         let out = &mut out[..total];
         let body_len = (total - HEADER_LEN) as u16;
         let tag_len = self.tx.tag_len();
-        let nonce = self.tx.nonce(seq);
         let (header, body) = out.split_at_mut(HEADER_LEN);
         let (sealed, tag_out) = body.split_at_mut(body.len() - tag_len);
         let tag = if self.tls13 {
@@ -300,26 +277,13 @@ impl Records {
             let (data, inner_type) = sealed.split_at_mut(plain.len());
             data.copy_from_slice(plain);
             inner_type[0] = u8::from(typ);
-            let aad = aead::Aad::from(make_tls13_aad(usize::from(body_len)));
-            self.tx.with(|k| {
-                k.seal_in_place_separate_tag(aead::Nonce::assume_unique_for_key(nonce), aad, sealed)
-            })
+            self.tx.seal_tls13(seq, sealed)
         } else {
             header.copy_from_slice(&record_header(typ, body_len));
             let explicit = self.tx.explicit_nonce_len();
-            // GCM sends the nonce's last 8 bytes in the record.
-            let (explicit_out, data) = sealed.split_at_mut(explicit);
-            explicit_out.copy_from_slice(&nonce[nonce.len() - explicit..]);
-            data.copy_from_slice(plain);
-            let aad = aead::Aad::from(make_tls12_aad(
-                seq,
-                typ,
-                ProtocolVersion::TLSv1_2,
-                plain.len(),
-            ));
-            self.tx.with(|k| {
-                k.seal_in_place_separate_tag(aead::Nonce::assume_unique_for_key(nonce), aad, data)
-            })
+            sealed[explicit..].copy_from_slice(plain);
+            self.tx
+                .seal_tls12(seq, typ, ProtocolVersion::TLSv1_2, sealed)
         }
         // ring refuses only inputs longer than AES-GCM's 2^36 bytes.
         .map_err(|_| RecordError::TooLong(plain.len()))?;
