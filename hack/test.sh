@@ -11,6 +11,9 @@ for tool in haproxy nginx iptables ip wrk dnsmasq cargo-deny musl-gcc; do
     break
   }
 done
+# tlslite-ng, in its own virtualenv, for the hostile-client TLS tests.
+/opt/hcp-ingress-tls/bin/python3 -c 'import tlslite, kyber_py' >/dev/null 2>&1 \
+  || bash hack/install-test-deps.sh
 # The real API servers the controller tests run against: built once per
 # version (minutes the first time), then found in the cache at once.
 bash hack/kube/build.sh >/dev/null

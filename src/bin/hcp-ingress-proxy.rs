@@ -18,10 +18,6 @@ use hcp_ingress::proxy::{self, ProxyArgs};
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-// Its `memcpy` replaces musl's in the image's build; see the crate.
-#[cfg(all(target_arch = "x86_64", target_env = "musl"))]
-use musl_memcpy as _;
-
 /// The per-node proxy for a hosted control plane's API server.
 #[derive(Parser)]
 #[command(name = "hcp-ingress-proxy", version)]

@@ -155,7 +155,7 @@ pub fn covers(chain: &[CertificateDer<'static>], host: &str, ca_pem: &[u8]) -> R
 }
 
 fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
 #[derive(Debug)]

@@ -351,7 +351,7 @@ fn load_key(pem: &str) -> Result<KeyPair, PkiError> {
             describe_pem_error(&e)
         ))
     })?;
-    // ring (rcgen's backend) reads PKCS#8 only: wrap the other two.
+    // rcgen builds a signing key from PKCS#8: wrap the other two.
     let pkcs8 = match &key {
         PrivateKeyDer::Pkcs8(k) => k.secret_pkcs8_der().to_vec(),
         PrivateKeyDer::Pkcs1(k) => super::der::pkcs1_to_pkcs8(k.secret_pkcs1_der()),

@@ -1,5 +1,5 @@
-//! Wrapping PKCS#1 (RSA) and SEC1 (EC) private keys in PKCS#8: ring, rcgen's
-//! backend, reads PKCS#8 only, while cluster CAs are usually PKCS#1 or SEC1.
+//! Wrapping PKCS#1 (RSA) and SEC1 (EC) private keys in PKCS#8: rcgen builds
+//! a signing key from PKCS#8, while cluster CAs are usually PKCS#1 or SEC1.
 //!
 //! The DER comes from `asn1-rs`, already in the tree under `x509-parser`:
 //! one more direct dependency and no new crate, where RustCrypto's `pkcs8`,

@@ -89,31 +89,45 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Parse the bytes received so far. `max` bounds the whole ClientHello
-/// (records included): once more than `max` bytes would be needed, the
-/// answer is [`HelloError::Oversized`] without waiting for them.
+/// Most bytes read for a ClientHello of at most `max` bytes: room for its
+/// record headers when it comes fragmented. One record header per
+/// 5 bytes of message or more fits; a hello cut into smaller records
+/// (1-byte records cost 6 wire bytes per byte) fits up to a third of `max`,
+/// which ordinary hellos, post-quantum key shares included (~1.9 KB), are
+/// far below.
+pub fn wire_limit(max: usize) -> usize {
+    2 * max
+}
+
+/// Parse the bytes received so far. `max` bounds the ClientHello message
+/// (its 4-byte handshake header and body, as `limits.maxClientHelloBytes`
+/// says), [`wire_limit`] the records that carry it: once more would be
+/// needed, the answer is [`HelloError::Oversized`] without waiting for them.
+///
+/// The ClientHello's own version fields are not checked: TLS asks a server
+/// to answer any version it does not know with the highest it speaks (RFC
+/// 5246 E.1, RFC 8446 4.2.1), which the TLS stack behind (rustls, or the
+/// upstream's on a passthrough path) does. Only the record layer's major
+/// version must be 3, as rustls requires.
 pub fn parse(data: &[u8], max: usize) -> Result<Parsed, HelloError> {
-    // Reassemble the handshake message from consecutive handshake records:
-    // a large ClientHello (post-quantum key shares) may span records.
-    let mut hs: Vec<u8> = Vec::new();
+    // First pass: walk the complete records without copying until the
+    // message's length is known and covered. The proxy re-parses after every
+    // read, so a hello dripped in small records costs a walk of headers per
+    // read, not a copy of everything received.
     let mut rest = data;
-    let mut consumed = 0usize;
-    loop {
+    let mut wire = 0usize;
+    let mut have = 0usize;
+    let mut head = [0u8; 4];
+    let mut need = None;
+    while need.is_none_or(|n| have < n) {
         if rest.is_empty() {
             return Ok(Parsed::Incomplete);
         }
-        if rest[0] != RECORD_HANDSHAKE {
+        if rest[0] != RECORD_HANDSHAKE || rest.get(1).is_some_and(|&major| major != 3) {
             return Err(HelloError::NotTls);
         }
         if rest.len() < 5 {
-            // Check what we have of the version byte early.
-            if rest.len() >= 2 && rest[1] != 3 {
-                return Err(HelloError::NotTls);
-            }
             return Ok(Parsed::Incomplete);
-        }
-        if rest[1] != 3 {
-            return Err(HelloError::NotTls);
         }
         let len = usize::from(u16::from_be_bytes([rest[3], rest[4]]));
         if len == 0 {
@@ -122,41 +136,56 @@ pub fn parse(data: &[u8], max: usize) -> Result<Parsed, HelloError> {
         if len > MAX_RECORD {
             return Err(HelloError::Malformed("record too long"));
         }
-        if consumed + 5 + len > max {
+        if wire + 5 + len > wire_limit(max) {
             return Err(HelloError::Oversized);
         }
         if rest.len() < 5 + len {
-            // Bound the reassembly before the message length is known.
             return Ok(Parsed::Incomplete);
         }
-        hs.extend_from_slice(&rest[5..5 + len]);
-        consumed += 5 + len;
+        let payload = &rest[5..5 + len];
+        for (slot, byte) in head.iter_mut().skip(have).zip(payload) {
+            *slot = *byte;
+        }
+        have += len;
+        wire += 5 + len;
         rest = &rest[5 + len..];
-        if hs.len() >= 4 {
-            if hs[0] != HS_CLIENT_HELLO {
+        if need.is_none() && have >= 4 {
+            if head[0] != HS_CLIENT_HELLO {
                 return Err(HelloError::Malformed(
                     "first handshake message is not a ClientHello",
                 ));
             }
             let body_len =
-                (usize::from(hs[1]) << 16) | (usize::from(hs[2]) << 8) | usize::from(hs[3]);
-            if body_len + 4 > max {
+                (usize::from(head[1]) << 16) | (usize::from(head[2]) << 8) | usize::from(head[3]);
+            if 4 + body_len > max {
                 return Err(HelloError::Oversized);
             }
-            if hs.len() >= 4 + body_len {
-                return parse_body(&hs[4..4 + body_len]).map(Parsed::Done);
-            }
+            need = Some(4 + body_len);
         }
     }
+    let end = need.unwrap_or(0);
+    // Second pass: the message itself, borrowed when one record holds it,
+    // joined from its records otherwise.
+    let first = usize::from(u16::from_be_bytes([data[3], data[4]]));
+    if end <= first {
+        return parse_body(&data[5 + 4..5 + end]).map(Parsed::Done);
+    }
+    let mut message = Vec::with_capacity(end);
+    let mut rest = data;
+    while message.len() < end {
+        let len = usize::from(u16::from_be_bytes([rest[3], rest[4]]));
+        let take = len.min(end - message.len());
+        message.extend_from_slice(&rest[5..5 + take]);
+        rest = &rest[5 + len..];
+    }
+    parse_body(&message[4..]).map(Parsed::Done)
 }
 
 fn parse_body(body: &[u8]) -> Result<ClientHello, HelloError> {
     let m = HelloError::Malformed;
     let mut r = Reader::new(body);
-    let version = r.u16().ok_or(m("truncated version"))?;
-    if version >> 8 != 3 {
-        return Err(m("unsupported legacy version"));
-    }
+    // legacy_version: any value (see `parse`).
+    r.take(2).ok_or(m("truncated version"))?;
     r.take(32).ok_or(m("truncated random"))?;
     let sid = r.vec8().ok_or(m("truncated session id"))?;
     if sid.len() > 32 {
@@ -390,6 +419,53 @@ mod tests {
         let mut b = build(None, &[], 0, None);
         b[5] = 2;
         assert!(matches!(parse(&b, 16384), Err(HelloError::Malformed(_))));
+    }
+
+    /// The message of a one-record hello cut into records of `size` bytes.
+    fn fragmented(hello: &[u8], size: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        for c in hello[5..].chunks(size) {
+            out.extend_from_slice(&[22, 3, 1]);
+            out.extend_from_slice(&(c.len() as u16).to_be_bytes());
+            out.extend_from_slice(c);
+        }
+        out
+    }
+
+    /// Versions this parser does not know are the TLS stack's to answer
+    /// (with the highest it speaks), never a reason to drop the client.
+    #[test]
+    fn any_legacy_version_routes() {
+        for version in [[3, 4], [4, 1], [6, 3], [254, 254], [3, 0]] {
+            let mut b = build(Some("a.example.com"), &[], 0, None);
+            b[9..11].copy_from_slice(&version);
+            let Parsed::Done(h) = parse(&b, 16384).unwrap() else {
+                panic!("{version:?}: incomplete")
+            };
+            assert_eq!(h.sni.as_deref(), Some("a.example.com"), "{version:?}");
+        }
+    }
+
+    /// With the default limit: a hello that fills one maximal record, a
+    /// hello with a post-quantum key share's size cut into 1-byte records,
+    /// and a large hello over records of a few hundred bytes.
+    #[test]
+    fn large_and_fragmented_hellos_fit_the_default_limit() {
+        let full = build(Some("a.example.com"), &[b"h2"], 16384 - 82, None);
+        assert_eq!(full.len(), 5 + 16384, "one maximal record");
+        assert!(matches!(parse(&full, 16384), Ok(Parsed::Done(_))));
+        let pq = build(Some("a.example.com"), &[b"h2"], 1300, None);
+        let tiny = fragmented(&pq, 1);
+        assert!(tiny.len() > 6 * 1300);
+        let Parsed::Done(h) = parse(&tiny, 16384).unwrap() else {
+            panic!("incomplete")
+        };
+        assert_eq!(h.alpn, vec![b"h2".to_vec()]);
+        let big = fragmented(&full, 300);
+        assert!(matches!(parse(&big, 16384), Ok(Parsed::Done(_))));
+        // One byte more than the limit is refused, however it is cut.
+        let over = build(Some("a.example.com"), &[b"h2"], 16384 - 81, Some(16000));
+        assert_eq!(parse(&over, 16384), Err(HelloError::Oversized));
     }
 
     #[test]

@@ -399,10 +399,14 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         1,
         1_000_000,
     )? as usize;
+    // The default is the largest a ClientHello can be (its extensions'
+    // length is 16 bits) and what rustls accepts: valid hellos are never
+    // refused; the buffer grows only as bytes arrive, within
+    // timeouts.handshake and limits.maxConnections.
     let max_client_hello_bytes = ranged(
         "limits.maxClientHelloBytes",
         lim.max_client_hello_bytes,
-        16 * 1024,
+        64 * 1024,
         512,
         64 * 1024,
     )? as usize;

@@ -7,7 +7,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use super::{clienthello, config, proxy_protocol, record};
+use super::{clienthello, config, proxy_protocol};
 
 /// The `max` values a ClientHello is parsed with: the bounds of
 /// `limits.maxClientHelloBytes`, the default, and one that splits records.
@@ -288,111 +288,6 @@ pub fn proxy_config(data: &[u8]) {
     );
 }
 
-/// Fuzz target `records`. Layout: byte 0 picks the protocol and cipher,
-/// byte 1 the byte to corrupt (0: none), the rest is cut into records:
-/// a length byte, a content type byte, then that many plaintext bytes.
-///
-/// Invariants: no panic; what one side seals the other opens to the same
-/// content type and plaintext, in order; a record with a flipped bit never
-/// opens (its header is refused or it fails to decrypt) unless the bit is
-/// in a TLS 1.3 record's version field, which that version ignores; the same bytes as raw input from a peer are refused
-/// or opened without panic.
-pub fn records(data: &[u8]) {
-    use rustls::{
-        ConnectionTrafficSecrets as S, ContentType, ProtocolVersion as V,
-        crypto::{cipher::Iv, ring::cipher_suite as cs},
-    };
-    let (pick, flip, mut rest) = match data {
-        [a, b, rest @ ..] => (*a, usize::from(*b), rest),
-        _ => return,
-    };
-    let (version, suite) = match pick % 4 {
-        0 => (V::TLSv1_3, cs::TLS13_AES_256_GCM_SHA384),
-        1 => (V::TLSv1_3, cs::TLS13_CHACHA20_POLY1305_SHA256),
-        2 => (V::TLSv1_2, cs::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384),
-        _ => (
-            V::TLSv1_2,
-            cs::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
-        ),
-    };
-    let secrets = |k: u8| {
-        let (key, iv) = ([k; 32].into(), Iv::new([k ^ 0x5c; 12]));
-        if pick % 2 == 0 {
-            S::Aes256Gcm { key, iv }
-        } else {
-            S::Chacha20Poly1305 { key, iv }
-        }
-    };
-    let layer = |tx: u8, rx: u8| {
-        record::Records::new(version, suite, (0, secrets(tx)), (0, secrets(rx)))
-            .expect("a suite the record layer knows")
-    };
-    let (mut ours, mut peer) = (layer(1, 2), layer(2, 1));
-    let types = [
-        ContentType::ApplicationData,
-        ContentType::Alert,
-        ContentType::Handshake,
-    ];
-    let mut sent = Vec::new();
-    let mut wire = Vec::new();
-    while let [len, typ, tail @ ..] = rest {
-        let n = usize::from(*len).min(tail.len());
-        let (plain, after) = tail.split_at(n);
-        rest = after;
-        let typ = types[usize::from(*typ) % types.len()];
-        let start = wire.len();
-        wire.resize(start + ours.sealed_len(n), 0);
-        let len = ours.seal(typ, plain, &mut wire[start..]).unwrap();
-        assert_eq!(start + len, wire.len());
-        sent.push((typ, plain.to_vec(), start..wire.len()));
-    }
-    let flipped = (flip > 0 && flip <= wire.len()).then(|| flip - 1);
-    if let Some(i) = flipped {
-        wire[i] ^= 0x10;
-    }
-    let mut at = 0;
-    for (typ, plain, range) in &sent {
-        // TLS 1.3 ignores a record's version field (RFC 8446 section 5.1)
-        // beyond its 0x03XX form: flipped there, the record is refused or
-        // as good as intact.
-        let in_version = |i: usize| version == V::TLSv1_3 && (1..3).contains(&(i - range.start));
-        let hit = flipped.is_some_and(|i| range.contains(&i));
-        let either = flipped.is_some_and(|i| hit && in_version(i));
-        let opened = match peer.next_len(&wire[at..]) {
-            Ok(Some(len)) if len == range.len() => {
-                let rec = &mut wire[at..at + len];
-                peer.open(rec).map(|o| (o.typ, rec[o.plain].to_vec()))
-            }
-            Ok(_) => {
-                assert!(hit, "an intact record measured wrong");
-                return;
-            }
-            Err(e) => Err(e),
-        };
-        match opened {
-            Ok((t, p)) => {
-                assert!(!hit || either, "a corrupted record opened");
-                assert_eq!((t, &p), (*typ, plain), "opened something else");
-            }
-            Err(e) => {
-                assert!(hit, "an intact record failed: {e}");
-                return;
-            }
-        }
-        at = range.end;
-    }
-    // The same bytes as if a peer had sent them: refused or opened, calmly.
-    let mut raw = data.to_vec();
-    let mut fresh = layer(2, 1);
-    let mut at = 0;
-    while let Ok(Some(len)) = fresh.next_len(&raw[at..]) {
-        if fresh.open(&mut raw[at..at + len]).is_err() {
-            break;
-        }
-        at += len;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -422,11 +317,6 @@ mod tests {
     #[test]
     fn corpus_proxy_v2_roundtrip() {
         replay("proxy_v2_roundtrip", super::proxy_v2_bytes);
-    }
-
-    #[test]
-    fn corpus_records() {
-        replay("records", super::records);
     }
 
     #[test]

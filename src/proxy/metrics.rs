@@ -59,6 +59,29 @@ pub struct KindLabel {
     pub kind: &'static str,
 }
 
+/// Label: the key exchange a TLS handshake agreed, per leg.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KxLabel {
+    /// `client` (the pod's handshake) or `upstream`.
+    pub leg: &'static str,
+    /// `X25519MLKEM768`, `X25519`, `secp256r1`, `secp384r1`, `other`, or
+    /// `none` (a TLS 1.2 resumption exchanges no key).
+    pub group: &'static str,
+}
+
+/// The metric label of a key exchange group.
+pub fn kx_group_label(group: Option<rustls::NamedGroup>) -> &'static str {
+    use rustls::NamedGroup as G;
+    match group {
+        None => "none",
+        Some(G::X25519MLKEM768) => "X25519MLKEM768",
+        Some(G::X25519) => "X25519",
+        Some(G::secp256r1) => "secp256r1",
+        Some(G::secp384r1) => "secp384r1",
+        Some(_) => "other",
+    }
+}
+
 /// Label: outcome of a reload.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
@@ -92,6 +115,12 @@ pub struct Metrics {
     pub connect_seconds: Histogram,
     /// Upstream TLS handshakes of the reencrypt path, full or resumed.
     pub upstream_handshakes: Family<KindLabel, Counter>,
+    /// TLS handshakes of the reencrypt and pooled paths by leg and key
+    /// exchange group: how much of the traffic is post-quantum protected.
+    pub tls_key_exchanges: Family<KxLabel, Counter>,
+    /// Connections ended by a panic: a bug reached by what a peer sent. The
+    /// panic ends that connection's task only; every other goes on.
+    pub connection_panics: Counter,
     /// Config and certificate reloads.
     pub reloads: Family<ResultLabel, Counter>,
     /// `notAfter` of the serving certificate in force; no series without
@@ -126,6 +155,8 @@ impl Metrics {
         );
         let reloads = Family::<ResultLabel, Counter>::default();
         let upstream_handshakes = Family::<KindLabel, Counter>::default();
+        let tls_key_exchanges = Family::<KxLabel, Counter>::default();
+        let connection_panics = Counter::default();
         let certificate_expiry = Family::<FileLabel, Gauge>::default();
         registry.register(
             "connections",
@@ -181,6 +212,16 @@ impl Metrics {
             "upstream_tls_handshakes",
             "Upstream TLS handshakes of the reencrypt path by kind (full, resumed)",
             upstream_handshakes.clone(),
+        );
+        registry.register(
+            "tls_key_exchanges",
+            "TLS handshakes of the reencrypt and pooled paths by leg (client, upstream) and key exchange group",
+            tls_key_exchanges.clone(),
+        );
+        registry.register(
+            "connection_panics",
+            "Connections ended by a panic (a bug; the process goes on)",
+            connection_panics.clone(),
         );
         registry.register(
             "reloads",
@@ -246,6 +287,18 @@ impl Metrics {
         for kind in ["full", "resumed"] {
             let _ = upstream_handshakes.get_or_create(&KindLabel { kind });
         }
+        for leg in ["client", "upstream"] {
+            for group in [
+                "X25519MLKEM768",
+                "X25519",
+                "secp256r1",
+                "secp384r1",
+                "other",
+                "none",
+            ] {
+                let _ = tls_key_exchanges.get_or_create(&KxLabel { leg, group });
+            }
+        }
         Self {
             registry,
             connections,
@@ -259,6 +312,8 @@ impl Metrics {
             stream_errors,
             connect_seconds,
             upstream_handshakes,
+            tls_key_exchanges,
+            connection_panics,
             reloads,
             certificate_expiry,
             pool,
@@ -306,6 +361,14 @@ impl Metrics {
         let kind = if resumed { "resumed" } else { "full" };
         self.upstream_handshakes
             .get_or_create(&KindLabel { kind })
+            .inc();
+    }
+
+    /// Count a TLS handshake's key exchange on `leg` (`client`, `upstream`).
+    pub fn key_exchange(&self, leg: &'static str, group: Option<rustls::NamedGroup>) {
+        let group = kx_group_label(group);
+        self.tls_key_exchanges
+            .get_or_create(&KxLabel { leg, group })
             .inc();
     }
 

@@ -12,7 +12,6 @@
 //! What they share lives in [`state`].
 
 pub mod admin;
-pub mod aead;
 pub mod clienthello;
 pub mod config;
 pub mod conn;
@@ -21,12 +20,10 @@ pub mod dns;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzz_checks;
-pub mod kx;
 pub mod metrics;
 pub mod netlink;
 pub mod pool;
 pub mod proxy_protocol;
-pub mod record;
 pub mod reload;
 pub mod server;
 pub mod state;
@@ -149,12 +146,7 @@ pub fn main(args: ProxyArgs) -> ExitCode {
         b.worker_threads(threads);
         b
     };
-    // A thread going idle frees the expanded TLS keys of the connections
-    // that went quiet (aead.rs).
-    let runtime = builder
-        .enable_all()
-        .on_thread_park(aead::sweep_idle_keys)
-        .build();
+    let runtime = builder.enable_all().build();
     let runtime = match runtime {
         Ok(r) => r,
         Err(e) => {

@@ -238,6 +238,26 @@ pub fn accept_error_reason(e: &std::io::Error) -> &'static str {
     }
 }
 
+/// Serve one connection with its panics contained: a panic (a bug that
+/// what a peer sent reached) ends this connection's task only — its
+/// sockets close as the task unwinds — is counted and logged, and every
+/// other connection goes on. What a connection shares with the others
+/// (metrics, the session store, the pool) is atomics and poison-tolerant
+/// locks, safe to use after an unwind.
+async fn contained(
+    shared: Arc<Shared>,
+    s: TcpStream,
+    peer: SocketAddr,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    use futures::FutureExt;
+    let task = std::panic::AssertUnwindSafe(conn::handle(shared.clone(), s, peer, permit));
+    if task.catch_unwind().await.is_err() {
+        shared.metrics.connection_panics.inc();
+        error!(%peer, "a connection panicked and was closed; the proxy goes on (a bug: please report it)");
+    }
+}
+
 /// Close a connection we will not serve with a reset (SO_LINGER 0), not a
 /// FIN: the client's ClientHello is usually already in our receive buffer,
 /// and closing with unread data resets anyway, only later and leaving a
@@ -332,7 +352,7 @@ pub async fn run(
             // the kernel backlog until its own timeout.
             Ok((s, peer)) => match limit.clone().try_acquire_owned() {
                 Ok(permit) => {
-                    tokio::spawn(conn::handle(shared.clone(), s, peer, permit));
+                    tokio::spawn(contained(shared.clone(), s, peer, permit));
                 }
                 Err(_) => {
                     refuse(s);

@@ -69,30 +69,21 @@ struct ServerConfigs {
     h11: Arc<ServerConfig>,
 }
 
-/// The proxy's crypto provider: ring, as the rest of the crate, with two
-/// choices for a cheaper handshake. X25519 is aws-lc's ([`super::kx`]),
-/// twice as fast as ring's. The AES-128-GCM/SHA-256 suites come first: as
-/// safe as AES-256/SHA-384 (every TLS 1.3 stack must implement it; Go
-/// prefers it), and SHA-256 runs on the CPU's SHA extensions where ring's
-/// SHA-384 has no such path: the handshake hashes were ~7 % of the CPU of a
-/// new reencrypted connection. Record protection keeps a connection's keys
-/// compact ([`super::aead`]): 2 KB less per idle reencrypted connection.
+/// The proxy's crypto provider, on both legs: aws-lc, rustls's default,
+/// with its key exchange groups as rustls orders them — the hybrid
+/// post-quantum X25519MLKEM768 first (Go >= 1.24 clients and kube-apiserver
+/// offer and prefer it too), then X25519, P-256, P-384. The
+/// AES-128-GCM/SHA-256 suites come first: as safe as AES-256/SHA-384 (every
+/// TLS 1.3 stack must implement it; Go prefers it), and its handshake hash
+/// runs on the CPU's SHA extensions, which SHA-384 has none of.
 pub fn provider() -> Arc<CryptoProvider> {
-    use rustls::crypto::ring::cipher_suite as cs;
-    let mut p = rustls::crypto::ring::default_provider();
-    for group in &mut p.kx_groups {
-        if group.name() == rustls::NamedGroup::X25519 {
-            *group = super::kx::X25519;
-        }
-    }
+    use rustls::crypto::aws_lc_rs::cipher_suite as cs;
+    let mut p = rustls::crypto::aws_lc_rs::default_provider();
     let preferred = [
         cs::TLS13_AES_128_GCM_SHA256,
         cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
         cs::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
     ];
-    for suite in &mut p.cipher_suites {
-        *suite = super::aead::compact(*suite);
-    }
     // A stable sort keeps the provider's order among the others.
     p.cipher_suites
         .sort_by_key(|s| !preferred.iter().any(|x| x.suite() == s.suite()));
@@ -218,9 +209,6 @@ fn client_configs(
         .with_root_certificates(roots)
         .with_no_client_auth();
     base.resumption = Resumption::store(Arc::new(SessionStore::default()));
-    // The proxy's record layer takes the keys over after each handshake
-    // (src/proxy/record.rs); the secrets never leave the process.
-    base.enable_secret_extraction = true;
     let with = |alpn: &[&[u8]]| {
         let mut c = base.clone();
         c.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
@@ -252,8 +240,6 @@ fn server_configs(
     // Our suite order, not the client's: OpenSSL clients put AES-256/SHA-384
     // first, which costs more and protects no better.
     base.ignore_client_order = true;
-    // The proxy's record layer takes the keys over after each handshake.
-    base.enable_secret_extraction = true;
     let with = |alpn: &[u8]| {
         let mut c = base.clone();
         if !alpn.is_empty() {
@@ -380,7 +366,7 @@ mod tests {
     fn provider_prefers_aes128_sha256_and_keeps_every_suite() {
         use rustls::CipherSuite as S;
         let ours: Vec<S> = provider().cipher_suites.iter().map(|s| s.suite()).collect();
-        let all = rustls::crypto::ring::default_provider().cipher_suites;
+        let all = rustls::crypto::aws_lc_rs::default_provider().cipher_suites;
         assert_eq!(ours.len(), all.len());
         assert_eq!(ours[0], S::TLS13_AES_128_GCM_SHA256);
         let tls12 = ours
@@ -392,23 +378,14 @@ mod tests {
         assert!(tls12 < tls12_256, "{ours:?}");
     }
 
-    /// X25519 stays the first group offered and is aws-lc's; the other
-    /// groups are ring's, in ring's order.
+    /// The hybrid post-quantum group is offered first, X25519 next.
     #[test]
-    fn provider_offers_aws_lc_x25519_first() {
-        let groups: Vec<String> = provider()
-            .kx_groups
-            .iter()
-            .map(|g| format!("{g:?}"))
-            .collect();
-        let ring: Vec<String> = rustls::crypto::ring::default_provider()
-            .kx_groups
-            .iter()
-            .map(|g| format!("{g:?}"))
-            .collect();
-        assert_eq!(ring[0], "X25519");
-        assert_eq!(groups[0], "X25519 (aws-lc)");
-        assert_eq!(groups[1..], ring[1..]);
+    fn provider_offers_x25519mlkem768_first() {
+        let groups: Vec<NamedGroup> = provider().kx_groups.iter().map(|g| g.name()).collect();
+        assert_eq!(
+            groups[..2],
+            [NamedGroup::X25519MLKEM768, NamedGroup::X25519]
+        );
     }
 
     #[test]

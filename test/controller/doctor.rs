@@ -139,16 +139,17 @@ fn server_config(sans: &[&str], signer: Signer) -> Arc<ServerConfig> {
             (params.self_signed(&key).unwrap().pem(), key.serialize_pem())
         }
     };
-    let config =
-        ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap()],
-                PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap(),
-            )
-            .unwrap();
+    let config = ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap()],
+        PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap(),
+    )
+    .unwrap();
     Arc::new(config)
 }
 

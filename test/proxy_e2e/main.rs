@@ -9,10 +9,13 @@
 //! the stream module, python3, curl, ss (iproute2) and prlimit (util-linux): it
 //! fails, never skips, without them.
 
+mod apiserver_front;
 mod faults;
+mod hostile;
 mod load;
 mod pooled;
 mod pooled_kube;
+mod post_quantum;
 mod world;
 
 use std::{

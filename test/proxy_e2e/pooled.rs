@@ -457,7 +457,7 @@ mod tenant {
         for c in CertificateDer::pem_file_iter(dir.join("ca-a.crt")).unwrap() {
             roots.add(c.unwrap()).unwrap();
         }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let verifier = WebPkiClientVerifier::builder_with_provider(roots.into(), provider.clone())
             .allow_unauthenticated()
             .build()
@@ -725,12 +725,13 @@ mod client {
         for c in CertificateDer::pem_file_iter(dir.join("ca-a.crt")).unwrap() {
             roots.add(c.unwrap()).unwrap();
         }
-        let mut c =
-            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_root_certificates(roots)
-                .with_no_client_auth();
+        let mut c = ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
         c.alpn_protocols = vec![alpn.to_vec()];
         Arc::new(c)
     }

@@ -7,108 +7,20 @@
 
 use std::{
     io::{BufRead, BufReader},
-    net::TcpListener,
     process::{Child, Command, Stdio},
-    time::{Duration, Instant},
 };
 
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-struct Proxy(Child);
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn metric(admin: u16, sample: &str) -> f64 {
-    let out = Command::new("curl")
-        .args([
-            "-s",
-            "-m",
-            "5",
-            &format!("http://127.0.0.1:{admin}/metrics"),
-        ])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix(sample).and_then(|r| r.strip_prefix(' ')))
-        .map(|v| v.trim().parse().unwrap_or(0.0))
-        .unwrap_or(0.0)
-}
-
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use crate::apiserver_front::{Front, eventually};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_gets_and_watches_through_the_pooled_proxy_on_one_upstream_connection() {
     let cluster = realkube::Cluster::start(realkube::Options::default())
         .await
         .unwrap();
-    let dir = std::env::temp_dir().join(format!("hcp-pooled-kube-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let d = dir.as_path();
-    // The proxy's own serving leaf, from a CA the pods (kubectl) trust.
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .unwrap()
-        .signed_by(&leaf_key, &ca)
-        .unwrap();
-    std::fs::write(d.join("proxy.crt"), leaf.pem()).unwrap();
-    std::fs::write(d.join("proxy.key"), leaf_key.serialize_pem()).unwrap();
-    std::fs::write(d.join("api-ca.crt"), cluster.ca_pem()).unwrap();
-    std::fs::write(d.join("proxy-ca.crt"), ca.pem()).unwrap();
-
+    let front = Front::start(&cluster, "pooled", "pooled-kube", &["127.0.0.1"]);
+    let (d, port) = (front.dir.as_path(), front.port);
     let api_port: u16 = cluster.url().rsplit(':').next().unwrap().parse().unwrap();
-    let (port, admin) = (free_port(), free_port());
-    let config = format!(
-        "listen: {{address: 127.0.0.1, port: {port}}}\nmode: pooled\n\
-         upstream: {{serverName: localhost, port: {api_port}, addresses: [\"127.0.0.1\"], caFile: {d}/api-ca.crt}}\n\
-         tls: {{certFile: {d}/proxy.crt, keyFile: {d}/proxy.key}}\n\
-         admin: {{address: \"127.0.0.1:{admin}\"}}\nlog: {{level: debug}}\n",
-        d = d.display()
-    );
-    std::fs::write(d.join("proxy.yaml"), config).unwrap();
-    let log = std::fs::File::create(d.join("proxy.log")).unwrap();
-    let _proxy = Proxy(
-        Command::new(env!("CARGO_BIN_EXE_hcp-ingress-proxy"))
-            .arg("--config")
-            .arg(d.join("proxy.yaml"))
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
-    let ready = || {
-        Command::new("curl")
-            .args([
-                "-sf",
-                "-m",
-                "2",
-                &format!("http://127.0.0.1:{admin}/readyz"),
-            ])
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    eventually("the proxy is ready", ready);
+    let metric = |sample: &str| front.metric(sample);
 
     // kubectl's kubeconfig: the proxy's address and CA, the cluster's token.
     let kubeconfig = cluster
@@ -140,7 +52,7 @@ async fn kubectl_gets_and_watches_through_the_pooled_proxy_on_one_upstream_conne
             out.status.success(),
             "kubectl {args:?}: {}\n{}",
             String::from_utf8_lossy(&out.stderr),
-            std::fs::read_to_string(d.join("proxy.log")).unwrap_or_default()
+            front.log()
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
@@ -163,10 +75,10 @@ async fn kubectl_gets_and_watches_through_the_pooled_proxy_on_one_upstream_conne
         })
         .collect();
     eventually("ten watches on the pool", || {
-        metric(admin, "hcp_proxy_pool_streams") >= 10.0
+        metric("hcp_proxy_pool_streams") >= 10.0
     });
-    assert_eq!(metric(admin, "hcp_proxy_pool_upstream_connections"), 1.0);
-    assert!(metric(admin, "hcp_proxy_connections_active{path=\"pooled\"}") >= 10.0);
+    assert_eq!(metric("hcp_proxy_pool_upstream_connections"), 1.0);
+    assert!(metric("hcp_proxy_connections_active{path=\"pooled\"}") >= 10.0);
     // The API server's side of it: the proxy's sockets to it.
     let api_sockets = Command::new("ss")
         .args([
@@ -178,7 +90,7 @@ async fn kubectl_gets_and_watches_through_the_pooled_proxy_on_one_upstream_conne
         ])
         .output()
         .unwrap();
-    let proxy_pid = _proxy.0.id();
+    let proxy_pid = front.pid();
     let from_proxy = String::from_utf8_lossy(
         &Command::new("ss")
             .args([
@@ -214,10 +126,9 @@ async fn kubectl_gets_and_watches_through_the_pooled_proxy_on_one_upstream_conne
         let _ = w.kill();
         let _ = w.wait();
     }
-    assert!(metric(admin, "hcp_proxy_pool_requests_total{route=\"pooled\"}") >= 12.0);
+    assert!(metric("hcp_proxy_pool_requests_total{route=\"pooled\"}") >= 12.0);
     assert_eq!(
-        metric(admin, "hcp_proxy_pool_requests_total{route=\"dedicated\"}"),
+        metric("hcp_proxy_pool_requests_total{route=\"dedicated\"}"),
         0.0
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

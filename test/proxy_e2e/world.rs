@@ -77,6 +77,14 @@ pub fn require() {
     );
 }
 
+/// The proxy binary under test: this build's, or the one `HCP_E2E_PROXY_BIN`
+/// names, to run the same tests against another build (a release one, which
+/// aborts on a panic where this one unwinds).
+pub fn proxy_bin() -> String {
+    std::env::var("HCP_E2E_PROXY_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_hcp-ingress-proxy").to_string())
+}
+
 /// Run a command; panic with its output on failure.
 pub fn run(args: &[&str]) -> String {
     let out = Command::new(args[0])
@@ -616,7 +624,8 @@ stream {{
         let node = self.node.clone();
         let wrapper = self.proxy_wrapper.clone();
         let mut args: Vec<&str> = wrapper.iter().map(String::as_str).collect();
-        args.extend([env!("CARGO_BIN_EXE_hcp-ingress-proxy"), "--config", &cfg]);
+        let bin = proxy_bin();
+        args.extend([bin.as_str(), "--config", &cfg]);
         self.spawn(&node, "proxy", &args);
     }
 

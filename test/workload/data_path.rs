@@ -37,7 +37,7 @@ fn free_port() -> u16 {
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
 /// The tenant API server's TLS: a certificate for API_HOST from the cluster

@@ -167,5 +167,6 @@ pub(super) async fn connect_tls(
     })
     .await?;
     shared.metrics.upstream_handshake(up.0.resumed());
+    shared.metrics.key_exchange("upstream", up.0.kx_group());
     Some(up)
 }

@@ -74,17 +74,19 @@ impl ReadHelloError {
     }
 }
 
-/// Read until a complete ClientHello (or an error), never more than `max`.
+/// Read until a complete ClientHello (or an error): a message of at most
+/// `max` bytes, in at most [`clienthello::wire_limit`] bytes of records.
 pub(super) async fn read_hello(
     s: &mut TcpStream,
     max: usize,
 ) -> Result<(Vec<u8>, ClientHello), ReadHelloError> {
-    let mut buf = Vec::with_capacity(1536.min(max));
+    let limit = clienthello::wire_limit(max);
+    let mut buf = Vec::with_capacity(1536.min(limit));
     loop {
         if buf.len() == buf.capacity() {
-            buf.reserve((buf.len()).min(max - buf.len()).max(512));
+            buf.reserve((buf.len()).min(limit - buf.len()).max(512));
         }
-        let room = max.saturating_sub(buf.len());
+        let room = limit.saturating_sub(buf.len());
         if room == 0 {
             return Err(HelloError::Oversized.into());
         }

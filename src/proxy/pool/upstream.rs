@@ -128,7 +128,10 @@ impl Pool {
     /// The serving config `base` offering `h2` and `http/1.1` to pods.
     pub fn serving_config(&self, base: &Arc<ServerConfig>) -> Arc<ServerConfig> {
         let key = Arc::as_ptr(base) as usize;
-        let mut cached = self.serving.lock().expect("serving config lock");
+        let mut cached = self
+            .serving
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some((k, c)) = &*cached
             && *k == key
         {
@@ -143,7 +146,10 @@ impl Pool {
 
     /// Pooled connections open now.
     pub fn len(&self) -> usize {
-        self.conns.lock().expect("pool lock").len()
+        self.conns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
     }
 
     /// Whether no pooled connection is open.
@@ -153,7 +159,10 @@ impl Pool {
 
     /// Take a stream slot on a live connection of `epoch` with room.
     fn take(&self, epoch: usize, max: usize) -> Result<Lease, NoRoom> {
-        let mut conns = self.conns.lock().expect("pool lock");
+        let mut conns = self
+            .conns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // Connections of an older config that carry nothing are let go: the
         // last handle dropped, h2 closes them with a GOAWAY.
         conns.retain(|c| {
@@ -199,7 +208,10 @@ impl Pool {
         })?;
         conn.streams.fetch_add(1, Ordering::Relaxed);
         self.metrics.streams.inc();
-        self.conns.lock().expect("pool lock").push(conn.clone());
+        self.conns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(conn.clone());
         Ok(Lease {
             conn,
             metrics: self.metrics.clone(),
