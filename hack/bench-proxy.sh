@@ -347,7 +347,10 @@ done
 # Does the reencrypt path's upstream TLS resume? Its counter says.
 if has ours_re; then
   curl -s http://$NET.3:9445/metrics | awk '/^hcp_proxy_upstream_tls_handshakes_total/ {
-    k=$1; sub(/.*kind="/, "", k); sub(/".*/, "", k); print "handshakes_" k ".ours_re", $2}' >> "$R"
+    k=$1; sub(/.*kind="/, "", k); sub(/".*/, "", k); print "handshakes_" k ".ours_re", $2}
+    /^hcp_proxy_tls_key_exchanges_total/ && $2 > 0 {
+    k=$1; sub(/.*leg="/, "", k); sub(/".*/, "", k); g=$1; sub(/.*group="/, "", g); sub(/".*/, "", g)
+    print "kx_" k "_" g ".ours_re", $2}' >> "$R"
 fi
 
 python3 hack/bench/report.py "$R" "$REPS" "$DURATION" "$CONNS" "$IDLE"

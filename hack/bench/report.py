@@ -134,6 +134,12 @@ full, resumed = med("handshakes_full.ours_re"), med("handshakes_resumed.ours_re"
 if full is not None:
     print(f"our upstream TLS handshakes (reencrypt): {full:.0f} full, {resumed or 0:.0f} resumed "
           f"({100 * (resumed or 0) / max(1, full + (resumed or 0)):.1f} % resumed)")
+kx = sorted(k for k in vals if k.startswith("kx_") and k.endswith(".ours_re"))
+if kx:
+    # Which key exchange each leg agreed: what the handshakes cost depends
+    # on it (a hybrid post-quantum one costs an ML-KEM operation more).
+    print("our TLS key exchanges (reencrypt): " + ", ".join(
+        f"{k[3:-8].replace('_', ' ', 1)} {med(k):.0f}" for k in kx))
 print(f"direct (no proxy): {fmt(med('ka.direct'))} keep-alive req/s, {fmt(med('nc.direct'))} new connections/s, "
       f"p50 {fmt(med('p50.direct'))} us, p99 {fmt(med('p99.direct'))} us")
 print("\nraw, per repetition:")
