@@ -18,8 +18,9 @@
 //! processed but not yet told us to discard (a handshake message spanning
 //! several records is joined in place) must be handed back to it, at the
 //! same offsets, on every later call. Every call here passes the whole
-//! unconsumed receive buffer, errors included; and a connection that failed
-//! once stays failed, so rustls is never driven past an error.
+//! unconsumed receive buffer, errors included (the call after an error
+//! fetches the alert rustls queued); after that the connection stays
+//! failed and rustls is not called again.
 //!
 //! One state machine over rustls's unbuffered states, for both sides, kept
 //! whole so that its reading, writing and closing can be followed in one
