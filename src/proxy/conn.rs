@@ -275,7 +275,6 @@ fn reencrypt<'a>(
         let Some(mut down) = accept::within_deadline(m, peer, deadline, accept).await else {
             return;
         };
-        m.key_exchange("client", down.kx_group());
         let idle = state.cfg.timeouts.idle;
         let r = copy_bidirectional(&mut down, &mut up, io.up, io.down, idle).await;
         copy_ended(shared, peer, r);

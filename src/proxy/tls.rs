@@ -346,6 +346,34 @@ impl TlsMaterial {
     }
 }
 
+/// A CA-less pair for tests: a server speaking `server_versions` with a
+/// self-signed leaf for `api.example.com`, on the proxy's provider, and a
+/// client speaking `client_versions` that trusts it.
+#[cfg(test)]
+pub(crate) fn test_pair(
+    server_versions: &[&'static rustls::SupportedProtocolVersion],
+    client_versions: &[&'static rustls::SupportedProtocolVersion],
+) -> (ServerConfig, ClientConfig) {
+    let provider = provider();
+    let leaf = rcgen::generate_simple_self_signed(vec!["api.example.com".to_string()]).unwrap();
+    let der = leaf.cert.der().clone();
+    let key = rustls_pki_types::PrivatePkcs8KeyDer::from(leaf.signing_key.serialize_der());
+    let server = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(server_versions)
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![der.clone()], key.into())
+        .unwrap();
+    let mut roots = RootCertStore::empty();
+    roots.add(der).unwrap();
+    let client = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(client_versions)
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    (server, client)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,27 +421,9 @@ mod tests {
     /// stays the hint.
     #[test]
     fn a_tls12_server_gets_the_cheapest_key_share() {
-        let (server_cfg, mut client) = {
-            let provider = provider();
-            let leaf =
-                rcgen::generate_simple_self_signed(vec!["api.example.com".to_string()]).unwrap();
-            let der = leaf.cert.der().clone();
-            let key = rustls_pki_types::PrivatePkcs8KeyDer::from(leaf.signing_key.serialize_der());
-            let server = ServerConfig::builder_with_provider(provider.clone())
-                .with_protocol_versions(&[&rustls::version::TLS12])
-                .unwrap()
-                .with_no_client_auth()
-                .with_single_cert(vec![der.clone()], key.into())
-                .unwrap();
-            let mut roots = RootCertStore::empty();
-            roots.add(der).unwrap();
-            let client = ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-            (Arc::new(server), client)
-        };
+        let (server_cfg, mut client) =
+            test_pair(&[&rustls::version::TLS12], rustls::DEFAULT_VERSIONS);
+        let server_cfg = Arc::new(server_cfg);
         let store = Arc::new(SessionStore::default());
         client.resumption = Resumption::store(store.clone());
         let client = Arc::new(client);

@@ -544,19 +544,23 @@ impl<C: Side> TlsIo<C> {
                 _ => break,
             }
         }
-        self.failed = true;
-        self.rx.clear();
-        self.tx.clear();
+        self.end_failed();
         tls_err(e)
     }
 
     /// End the connection for a reason of ours (no alert: rustls has none
     /// to queue for it).
     fn fail_without_alert(&mut self, why: &'static str) -> io::Error {
+        self.end_failed();
+        io::Error::new(io::ErrorKind::InvalidData, why)
+    }
+
+    /// Failed for good: the buffers go back, and no later call reaches
+    /// rustls.
+    fn end_failed(&mut self) {
         self.failed = true;
         self.rx.clear();
         self.tx.clear();
-        io::Error::new(io::ErrorKind::InvalidData, why)
     }
 
     fn poll_handshake(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -695,7 +699,6 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    use rustls::{RootCertStore, pki_types::PrivatePkcs8KeyDer};
     use tokio::{
         io::{AsyncReadExt, AsyncWriteExt},
         net::TcpListener,
@@ -710,24 +713,8 @@ mod tests {
     fn configs_for(
         versions: &[&'static rustls::SupportedProtocolVersion],
     ) -> (Arc<ServerConfig>, Arc<ClientConfig>) {
-        let provider = crate::proxy::tls::provider();
-        let leaf = rcgen::generate_simple_self_signed(vec!["api.example.com".to_string()]).unwrap();
-        let der = leaf.cert.der().clone();
-        let key = PrivatePkcs8KeyDer::from(leaf.signing_key.serialize_der()).into();
-        let mut server = ServerConfig::builder_with_provider(provider.clone())
-            .with_protocol_versions(versions)
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(vec![der.clone()], key)
-            .unwrap();
+        let (mut server, client) = crate::proxy::tls::test_pair(versions, versions);
         server.send_tls13_tickets = 2;
-        let mut roots = RootCertStore::empty();
-        roots.add(der).unwrap();
-        let client = ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(versions)
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
         (Arc::new(server), Arc::new(client))
     }
 

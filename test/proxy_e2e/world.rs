@@ -78,8 +78,8 @@ pub fn require() {
 }
 
 /// The proxy binary under test: this build's, or the one `HCP_E2E_PROXY_BIN`
-/// names, to run the same tests against another build (a release one, which
-/// aborts on a panic where this one unwinds).
+/// names, to run the same tests against another build (a release one, or
+/// an older one that aborted on a panic).
 pub fn proxy_bin() -> String {
     std::env::var("HCP_E2E_PROXY_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_hcp-ingress-proxy").to_string())

@@ -58,7 +58,6 @@ pub(super) async fn serve(
     let Some(down) = accept::within_deadline(m, peer, deadline, accept).await else {
         return;
     };
-    m.key_exchange("client", down.kx_group());
     let alpn = down.alpn_protocol().map(<[u8]>::to_vec);
     let ctx = pool::Ctx {
         pool: shared.pooled.clone(),
