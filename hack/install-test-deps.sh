@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install the real peers the tests run against (Debian 12, as root).
+# Install the real peers the tests run against (Debian 12, as root): what the
+# local run needs (hack/install-run-deps.sh), then the test suite's own.
 # haproxy, nginx + stream: the shared SNI ingress in data-path tests;
 # iproute2 + iptables: network namespaces as nodes, DNAT as kube-proxy does;
 # wrk, python3: benchmark rig; openssl, curl: certificates and probes;
@@ -9,7 +10,7 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-$SUDO apt-get update
+bash "$(dirname "$0")/install-run-deps.sh"
 $SUDO apt-get install -y --no-install-recommends \
   haproxy nginx libnginx-mod-stream iproute2 iptables wrk openssl python3 ca-certificates curl dnsmasq-base musl-tools
 # The packages start system services; tests start their own instances.
@@ -35,6 +36,10 @@ fi
 # kube-apiserver, kube-controller-manager, kube-scheduler, kwok), built once
 # per version from the Go module proxy into ~/.cache/hcp-ingress/kube.
 bash "$(dirname "$0")/kube/build.sh" >/dev/null
+# Cluster API's clusterctl and core manager, which install, move and deliver
+# hcp-ingress in test/capi and test/release, built once per version from the
+# Go module proxy into ~/.cache/hcp-ingress/capi.
+bash "$(dirname "$0")/capi/build.sh" >/dev/null
 # helm for the chart tests (`cargo test --test chart`), built once from the
 # Go module proxy into ~/.cache/hcp-ingress/tools/bin.
 bash "$(dirname "$0")/install-helm.sh" >/dev/null

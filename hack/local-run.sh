@@ -15,7 +15,8 @@
 # https://10.96.0.1 reaching the right tenant, the objects created and the
 # status conditions, then stops everything and removes what it set up.
 # Needs root (network namespaces, iptables), and the packages of
-# hack/install-test-deps.sh (installed when missing).
+# hack/install-run-deps.sh (installed when missing: Debian packages only,
+# none of the test suite's peers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -23,7 +24,7 @@ ROOT=$PWD
 [ "$(id -u)" -eq 0 ] || { echo "local-run: needs root (network namespaces, iptables)" >&2; exit 1; }
 export PATH="$PATH:/usr/sbin:/sbin"
 for tool in haproxy nginx iptables ip curl openssl; do
-  command -v "$tool" >/dev/null || { bash hack/install-test-deps.sh >/dev/null; break; }
+  command -v "$tool" >/dev/null || { bash hack/install-run-deps.sh >/dev/null; break; }
 done
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }

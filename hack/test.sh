@@ -17,6 +17,8 @@ done
 # The real API servers the controller tests run against: built once per
 # version (minutes the first time), then found in the cache at once.
 bash hack/kube/build.sh >/dev/null
+# clusterctl and the Cluster API manager (test/capi, test/release), likewise.
+bash hack/capi/build.sh >/dev/null
 # helm for the chart tests, built once from the Go module proxy.
 bash hack/install-helm.sh >/dev/null
 bash hack/install-promql.sh >/dev/null

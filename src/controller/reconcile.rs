@@ -30,6 +30,9 @@ use crate::{
 
 /// CAPI's pause annotation.
 pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
+/// What `clusterctl move` puts on each object it deletes from the source
+/// management cluster once the object exists in the target.
+pub const DELETE_FOR_MOVE_ANNOTATION: &str = "clusterctl.cluster.x-k8s.io/delete-for-move";
 
 /// Entry point for the kube-runtime Controller. Every log line of a
 /// reconciliation carries the object, its generation and, when traces are
@@ -98,6 +101,21 @@ async fn with_finalizer(cpi: Arc<ControlPlaneIngress>, ctx: &Context) -> Result<
     let ours = cpi.finalizers().iter().any(|f| f == FINALIZER);
     if cpi.metadata.deletion_timestamp.is_some() {
         if !ours {
+            return Ok(Action::await_change());
+        }
+        // Moved, not removed: the target management cluster's controller
+        // carries on with the same workload cluster, so nothing there is
+        // given back or removed, and the object is not written either:
+        // clusterctl drops every finalizer right after its delete (a write
+        // of ours could race it and recreate the object).
+        if moved_away(&cpi) {
+            let note = format!(
+                "clusterctl move deletes this copy: workload cluster {} is left as it is for the target management cluster",
+                cpi.spec.cluster_name
+            );
+            tracing::info!("{note}");
+            ctx.event(cpi.as_ref(), EventType::Normal, "MovedAway", "Delete", note)
+                .await;
             return Ok(Action::await_change());
         }
         let action = cleanup(&cpi, ctx).await?;
@@ -183,6 +201,10 @@ async fn set_finalizer(
         }
         // Gone already: nothing holds it.
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        // Server-side apply creates what is missing: for an object deleted
+        // meanwhile it tries to create one without a spec, which the schema
+        // refuses. Gone is what a removal wants.
+        Err(_) if !present && matches!(api.get_opt(&name).await, Ok(None)) => Ok(()),
         Err(e) => Err(Error::Finalizer(e.to_string())),
     }
 }
@@ -341,6 +363,11 @@ async fn preflight(ctx: &Context, cpi: &ControlPlaneIngress) -> Option<Desired> 
         "MissingSettings",
         message,
     ))
+}
+
+/// Whether this deletion is `clusterctl move` taking the object away.
+pub fn moved_away(cpi: &ControlPlaneIngress) -> bool {
+    cpi.annotations().contains_key(DELETE_FOR_MOVE_ANNOTATION)
 }
 
 /// Why reconciliation is paused, if it is: the Cluster's `spec.paused` or the

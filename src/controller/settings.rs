@@ -9,7 +9,8 @@ use crate::{sources::SourceKind, telemetry::LogFormat};
 /// Flags of `hcp-ingress controller`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ControllerArgs {
-    /// Watch only this namespace (empty: all namespaces).
+    /// Watch only this namespace (`*` or empty: all namespaces; `*` is
+    /// what an installer writes when it cannot leave the flag out).
     #[arg(long, env = "WATCH_NAMESPACE", default_value = "")]
     pub namespace: String,
     /// Reconcile only objects matching this label selector.
@@ -106,7 +107,7 @@ impl Settings {
             .unwrap_or_else(|_| format!("hcp-ingress-{}", std::process::id()));
         let lease_duration = Duration::from_secs(args.lease_duration_seconds.max(2));
         Ok(Settings {
-            namespace: Some(args.namespace.clone()).filter(|n| !n.is_empty()),
+            namespace: watch_namespace(&args.namespace),
             watch_filter: args.watch_filter.clone().filter(|f| !f.is_empty()),
             concurrency: args.concurrency.max(1),
             sources,
@@ -153,6 +154,15 @@ impl Settings {
     }
 }
 
+/// `--namespace` to the one namespace watched; `None` (every namespace) for
+/// an empty value or `*`, which is never a namespace name.
+pub fn watch_namespace(value: &str) -> Option<String> {
+    match value.trim() {
+        "" | "*" => None,
+        name => Some(name.to_string()),
+    }
+}
+
 /// `--sources` values to kinds.
 pub fn parse_sources(values: &[String]) -> Result<Vec<SourceKind>, String> {
     let mut kinds: Vec<SourceKind> = Vec::new();
@@ -181,4 +191,16 @@ pub fn parse_sources(values: &[String]) -> Result<Vec<SourceKind>, String> {
         }
     }
     Ok(kinds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::watch_namespace;
+
+    #[test]
+    fn star_and_empty_watch_every_namespace() {
+        assert_eq!(watch_namespace("*"), None);
+        assert_eq!(watch_namespace(""), None);
+        assert_eq!(watch_namespace("tenants"), Some("tenants".to_string()));
+    }
 }

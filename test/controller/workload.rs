@@ -680,6 +680,71 @@ async fn delete_cpi(m: &Management) {
     .await;
 }
 
+/// `clusterctl move` deletes each moved object from the source management
+/// cluster with its delete-for-move annotation, then drops every finalizer.
+/// Between the two, the source's controller must not give the workload
+/// cluster back (the target's controller carries on with it) nor write the
+/// object. test/capi runs the real move; this test holds the object at
+/// that step to see it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_for_clusterctl_move_leaves_the_workload_cluster_as_it_is() {
+    let (m, w, running) = installed(json!({})).await;
+    wait_condition(&m.client, CLUSTER, "EndpointsSteered", "True").await;
+    let wc = w.client();
+    let steered = kubernetes_addresses(&wc).await;
+    assert!(
+        steered.0.iter().all(|a| a.starts_with("240.0.0.1:")),
+        "{steered:?}"
+    );
+    let proxy = Api::<DaemonSet>::namespaced(wc.clone(), "kube-system")
+        .get("hcp-ingress-proxy")
+        .await
+        .unwrap();
+    cpis(&m.client)
+        .patch(
+            CLUSTER,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"clusterctl.cluster.x-k8s.io/delete-for-move": ""}}})),
+        )
+        .await
+        .unwrap();
+    cpis(&m.client)
+        .delete(CLUSTER, &DeleteParams::default())
+        .await
+        .unwrap();
+    let note = event_note(&m, "MovedAway").await;
+    assert!(note.contains("left as it is"), "{note}");
+    // What clusterctl does next.
+    cpis(&m.client)
+        .patch(
+            CLUSTER,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    eventually("the ControlPlaneIngress is gone", || async {
+        cpis(&m.client)
+            .get_opt(CLUSTER)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        kubernetes_addresses(&wc).await,
+        steered,
+        "steering given back"
+    );
+    let still = Api::<DaemonSet>::namespaced(wc.clone(), "kube-system")
+        .get("hcp-ingress-proxy")
+        .await
+        .expect("the node proxy stays");
+    assert_eq!(still.resource_version(), proxy.resource_version());
+    running.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deletion_gives_kubernetes_back_then_removes_only_what_we_installed() {
     let m = management(&[]).await;

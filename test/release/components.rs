@@ -1,6 +1,6 @@
 //! `out/addon-components.yaml`: the clusterctl provider contract and least-privilege RBAC.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -72,63 +72,74 @@ fn components() -> Vec<Value> {
     documents(components_text())
 }
 
-/// A clusterctl variable occurrence: `${NAME:=default}`.
-#[derive(Debug, PartialEq)]
-struct Variable {
-    name: String,
-    default: Option<String>,
+/// clusterctl, as hack/capi/build.sh builds it from the Cluster API module.
+/// Missing, the test fails and says how to build it: the variables are
+/// checked by the program that substitutes them, never by a model of it.
+fn clusterctl() -> PathBuf {
+    let out = Command::new("bash")
+        .args(["hack/capi/build.sh", "--print-dir"])
+        .current_dir(root())
+        .output()
+        .expect("bash runs");
+    let bin = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("bin/clusterctl");
+    assert!(
+        bin.is_file(),
+        "{} is missing: run `bash hack/capi/build.sh` (hack/test.sh does)",
+        bin.display()
+    );
+    bin
 }
 
-/// Every `${...}` in the text, parsed as clusterctl (drone/envsubst) reads it.
-/// Panics on `$NAME`, which clusterctl would substitute too, without a default.
-/// A `$` before anything else (the end of a regex pattern) stays literal.
-fn variables(text: &str) -> Vec<Variable> {
-    let mut found = Vec::new();
-    let mut rest = text;
-    while let Some(at) = rest.find('$') {
-        let after = &rest[at + 1..];
-        if !after.starts_with('{') {
-            assert!(
-                !after.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_'),
-                "`$NAME` in the components (clusterctl would substitute it): {:?}",
-                &rest[at..rest.len().min(at + 40)]
-            );
-            rest = after;
-            continue;
-        }
-        let end = after.find('}').expect("unterminated ${");
-        let inner = &after[1..end];
-        let (name, default) = match inner.split_once(":=") {
-            Some((name, default)) => (name, Some(default.to_string())),
-            None => (inner, None),
-        };
-        found.push(Variable {
-            name: name.to_string(),
-            default,
-        });
-        rest = &after[end + 1..];
+/// `clusterctl generate yaml --from <text>` with exactly the `HCP_INGRESS_*`
+/// variables of `set` in the environment; Err is clusterctl's own message.
+fn clusterctl_generate(text: &str, set: &[(&str, &str)], extra: &[&str]) -> Result<String, String> {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let dir = out_dir(&format!(
+        "generate-{}",
+        RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let from = dir.join("addon-components.yaml");
+    std::fs::write(&from, text).expect("components written");
+    let mut cmd = Command::new(clusterctl());
+    cmd.args(["generate", "yaml", "--from"])
+        .arg(&from)
+        .args(extra)
+        // No clusterctl config or GitHub lookup of the user's machine.
+        .env("XDG_CONFIG_HOME", &dir)
+        .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true");
+    for (name, _) in std::env::vars().filter(|(k, _)| k.starts_with("HCP_INGRESS_")) {
+        cmd.env_remove(name);
     }
-    found
-}
-
-/// Substitute every variable: the value in `set`, else its default (clusterctl's behaviour).
-fn substitute(text: &str, set: &BTreeMap<&str, &str>) -> String {
-    let mut result = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find("${") {
-        result.push_str(&rest[..at]);
-        let end = rest[at..].find('}').expect("unterminated ${") + at;
-        let inner = &rest[at + 2..end];
-        let (name, default) = inner.split_once(":=").unwrap_or((inner, ""));
-        result.push_str(set.get(name).copied().unwrap_or(default));
-        rest = &rest[end + 1..];
+    cmd.envs(set.iter().copied());
+    let output = cmd.output().expect("clusterctl runs");
+    if output.status.success() {
+        Ok(String::from_utf8(output.stdout).expect("UTF-8 output"))
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
     }
-    result.push_str(rest);
-    result
 }
 
+/// The components as clusterctl installs them when no variable is set.
 fn defaults_substituted() -> Vec<Value> {
-    documents(&substitute(components_text(), &BTreeMap::new()))
+    let text = clusterctl_generate(components_text(), &[], &[]).unwrap_or_else(|e| {
+        panic!("`clusterctl generate yaml` refuses the components with no variable set:\n{e}")
+    });
+    documents(&text)
+}
+
+/// The manager container of the components as clusterctl substitutes them.
+fn manager_container(objects: &[Value]) -> &Value {
+    &single(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+}
+
+fn string_list(value: &Value) -> Vec<&str> {
+    value
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|a| a.as_str().expect("a string"))
+        .collect()
 }
 
 fn single<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
@@ -250,27 +261,29 @@ fn every_object_carries_the_provider_label() {
 }
 
 #[test]
-fn clusterctl_variables_all_have_defaults() {
-    let text = components_text();
-    let mut defaults: BTreeMap<String, String> = BTreeMap::new();
-    for var in variables(text) {
+fn clusterctl_installs_with_no_variable_set_and_documents_each() {
+    // What `clusterctl init --addon hcp-ingress` asks for: every variable
+    // named HCP_INGRESS_*, each with a default clusterctl accepts.
+    let listed = clusterctl_generate(components_text(), &[], &["--list-variables"])
+        .unwrap_or_else(|e| panic!("clusterctl generate yaml --list-variables: {e}"));
+    let names: Vec<&str> = listed
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- "))
+        .collect();
+    assert!(!names.is_empty(), "no variables listed:\n{listed}");
+    for name in &names {
         assert!(
-            var.name
-                .chars()
-                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
-                && var.name.starts_with("HCP_INGRESS_"),
-            "variable {:?} must be HCP_INGRESS_[A-Z0-9_]*",
-            var.name
+            name.starts_with("HCP_INGRESS_")
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'),
+            "variable {name:?} must be HCP_INGRESS_[A-Z0-9_]*"
         );
-        let default = var
-            .default
-            .unwrap_or_else(|| panic!("${{{}}} has no `:=` default", var.name));
-        if let Some(previous) = defaults.insert(var.name.clone(), default.clone()) {
-            assert_eq!(previous, default, "{} has two different defaults", var.name);
-        }
     }
+    let objects = defaults_substituted();
+    let container = manager_container(&objects);
+    let image = container["image"].as_str().unwrap();
     let (major, minor) = crate_version();
-    let image = &defaults["HCP_INGRESS_IMAGE"];
     assert_eq!(
         image.rsplit_once(':').map(|(repo, _)| repo),
         Some("ghcr.io/hcp-ingress/hcp-ingress"),
@@ -280,17 +293,16 @@ fn clusterctl_variables_all_have_defaults() {
         image.ends_with(&format!(":v{}", env!("CARGO_PKG_VERSION"))),
         "default image {image} is not this release (v{major}.{minor}.x)"
     );
-    assert_eq!(defaults["HCP_INGRESS_LOG_LEVEL"], "info");
-    let concurrency: u32 = defaults["HCP_INGRESS_CONCURRENCY"]
-        .parse()
-        .expect("concurrency is a number");
-    assert!(concurrency >= 1);
-    // Sources: `all` (every source whose CRD is installed) by default; the
-    // docs list every source name the binary knows.
-    assert_eq!(
-        defaults["HCP_INGRESS_SOURCES"], "all",
-        "HCP_INGRESS_SOURCES default"
-    );
+    let args = string_list(&container["args"]);
+    // Every namespace, every installed source, info logs by default.
+    for want in [
+        "--namespace=*",
+        "--sources=all",
+        "--log-level=info",
+        "--concurrency=10",
+    ] {
+        assert!(args.contains(&want), "{want} not in {args:?}");
+    }
     let docs = std::fs::read_to_string(root().join("docs/install-clusterctl.md"))
         .expect("docs/install-clusterctl.md");
     for kind in hcp_ingress::sources::SourceKind::ALL {
@@ -300,40 +312,37 @@ fn clusterctl_variables_all_have_defaults() {
             kind.flag_name()
         );
     }
-    assert_eq!(
-        defaults
-            .get("HCP_INGRESS_WATCH_NAMESPACE")
-            .map(String::as_str),
-        Some(""),
-        "watch every namespace"
-    );
     // Every variable is documented where operators look for it.
-    for name in defaults.keys() {
+    for name in names {
         assert!(
-            docs.contains(name.as_str()),
+            docs.contains(name),
             "{name} is not documented in docs/install-clusterctl.md"
         );
     }
 }
 
 #[test]
-fn substitution_sets_the_image_and_flags() {
-    let set = BTreeMap::from([
+fn clusterctl_substitutes_the_image_and_flags() {
+    let set = [
         ("HCP_INGRESS_IMAGE", "registry.example.com/hcp-ingress:dev"),
         ("HCP_INGRESS_LOG_LEVEL", "debug"),
         ("HCP_INGRESS_CONCURRENCY", "4"),
         ("HCP_INGRESS_SOURCES", "kamaji,steward"),
         ("HCP_INGRESS_WATCH_NAMESPACE", "tenants"),
-    ]);
-    let objects = documents(&substitute(components_text(), &set));
-    let container = &single(&objects, "Deployment")["spec"]["template"]["spec"]["containers"][0];
+    ];
+    let text = clusterctl_generate(components_text(), &set, &[]).expect("clusterctl generate yaml");
+    assert!(!text.contains("${"), "a variable was left in place");
+    let objects = documents(&text);
+    let container = manager_container(&objects);
     assert_eq!(container["image"], "registry.example.com/hcp-ingress:dev");
-    let args: Vec<&str> = container["args"]
+    let proxy_image = container["env"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
+        .find(|e| e["name"] == "HCP_INGRESS_IMAGE")
+        .expect("HCP_INGRESS_IMAGE env");
+    assert_eq!(proxy_image["value"], "registry.example.com/hcp-ingress:dev");
+    let args = string_list(&container["args"]);
     for want in [
         "--log-level=debug",
         "--concurrency=4",
@@ -342,7 +351,6 @@ fn substitution_sets_the_image_and_flags() {
     ] {
         assert!(args.contains(&want), "{want} not in {args:?}");
     }
-    assert!(!substitute(components_text(), &set).contains("${"));
 }
 
 #[test]
@@ -809,12 +817,9 @@ fn release_tag_sets_the_default_image_and_unknown_series_are_refused() {
     let (ok, stderr) = run_release_script(&out, &[("RELEASE_TAG", &tag)]);
     assert!(ok, "{stderr}");
     let text = std::fs::read_to_string(out.join("addon-components.yaml")).unwrap();
-    let image = variables(&text)
-        .into_iter()
-        .find(|v| v.name == "HCP_INGRESS_IMAGE")
-        .unwrap();
+    let generated = clusterctl_generate(&text, &[], &[]).expect("clusterctl generate yaml");
     assert_eq!(
-        image.default.unwrap(),
+        manager_container(&documents(&generated))["image"],
         format!("ghcr.io/hcp-ingress/hcp-ingress:{tag}")
     );
 
@@ -826,26 +831,4 @@ fn release_tag_sets_the_default_image_and_unknown_series_are_refused() {
     );
     let (ok, _) = run_release_script(&out_dir("bad-tag"), &[("RELEASE_TAG", "latest")]);
     assert!(!ok, "a non-semver tag must fail");
-}
-
-#[test]
-fn variable_parser_reads_what_clusterctl_reads() {
-    assert_eq!(
-        variables("a ${X_Y:=1} b ${Z}"),
-        [
-            Variable {
-                name: "X_Y".into(),
-                default: Some("1".into())
-            },
-            Variable {
-                name: "Z".into(),
-                default: None
-            }
-        ]
-    );
-    assert_eq!(variables("pattern: ^[a-z]*$\n"), []);
-    assert_eq!(
-        substitute("--n=${N:=} i=${I:=a:b}", &BTreeMap::from([("I", "c")])),
-        "--n= i=c"
-    );
 }

@@ -1,6 +1,8 @@
 //! Release packaging tests: the clusterctl add-on components that
 //! `hack/release-manifests.sh` builds with `kubectl kustomize`, the provider
 //! `metadata.yaml`, the k0rdent chart values and the ClusterResourceSet recipe.
+//! The variables are substituted by the real clusterctl (hack/capi/build.sh);
+//! installing, deleting and moving with it on real API servers is test/capi.
 //!
 //! No API server runs here, so "the manifests apply" is checked offline: every
 //! object deserializes into its typed Kubernetes struct and serializes back to
