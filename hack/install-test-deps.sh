@@ -5,14 +5,16 @@
 # iproute2 + iptables: network namespaces as nodes, DNAT as kube-proxy does;
 # wrk, python3: benchmark rig; openssl, curl: certificates and probes;
 # dnsmasq-base: a real DNS server for the doctor test (no system service);
-# musl-tools: the image's static build (hack/check-image-proxy.sh).
+# musl-tools: the image's static build (hack/check-image-proxy.sh);
+# lua-json: the json module haproxy-ingress's Lua loads (Debian's HAProxy 2.6
+# runs Lua 5.3), for test/ingress.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 bash "$(dirname "$0")/install-run-deps.sh"
 $SUDO apt-get install -y --no-install-recommends \
-  haproxy nginx libnginx-mod-stream iproute2 iptables wrk openssl python3 ca-certificates curl dnsmasq-base musl-tools
+  haproxy nginx libnginx-mod-stream iproute2 iptables wrk openssl python3 ca-certificates curl dnsmasq-base musl-tools lua-json
 # The packages start system services; tests start their own instances.
 $SUDO service haproxy stop >/dev/null 2>&1 || true
 $SUDO service nginx stop >/dev/null 2>&1 || true
@@ -36,6 +38,9 @@ fi
 # kube-apiserver, kube-controller-manager, kube-scheduler, kwok), built once
 # per version from the Go module proxy into ~/.cache/hcp-ingress/kube.
 bash "$(dirname "$0")/kube/build.sh" >/dev/null
+# Real ingress controllers that read our routes in test/ingress (Traefik,
+# haproxy-ingress), built once per version into ~/.cache/hcp-ingress/consumers.
+bash "$(dirname "$0")/consumers/build.sh" >/dev/null
 # Cluster API's clusterctl and core manager, which install, move and deliver
 # hcp-ingress in test/capi and test/release, built once per version from the
 # Go module proxy into ~/.cache/hcp-ingress/capi.

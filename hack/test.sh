@@ -19,6 +19,10 @@ done
 bash hack/kube/build.sh >/dev/null
 # clusterctl and the Cluster API manager (test/capi, test/release), likewise.
 bash hack/capi/build.sh >/dev/null
+# Traefik and haproxy-ingress (test/ingress), likewise; haproxy-ingress's Lua
+# needs Debian's lua-json.
+[ -f /usr/share/lua/5.3/json.lua ] || bash hack/install-test-deps.sh
+bash hack/consumers/build.sh >/dev/null
 # helm for the chart tests, built once from the Go module proxy.
 bash hack/install-helm.sh >/dev/null
 bash hack/install-promql.sh >/dev/null

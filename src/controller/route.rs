@@ -9,7 +9,10 @@ use std::collections::BTreeSet;
 use kube::{
     ResourceExt,
     api::DynamicObject,
-    runtime::{events::EventType, reflector::ObjectRef},
+    runtime::{
+        events::EventType,
+        reflector::{ObjectRef, Store},
+    },
 };
 
 use super::{
@@ -109,6 +112,9 @@ pub(super) async fn apply(
         apply::apply(ctx, &api, object, existing.as_deref()).await?;
     }
     let applied = format!("{} {} ({flavor})", kind.gvk().kind, names.join(", "));
+    if kind == RouteKind::TlsRoute && upstream.is_none() {
+        return Ok(gateway_verdict(ctx, cpi, &store, &names, &applied).await);
+    }
     Ok(match upstream {
         // The provider routes the API host, we the rest: both must be there.
         Some(mut upstream) => {
@@ -120,6 +126,55 @@ pub(super) async fn apply(
         }
         None => Desired::ok(types::ROUTE_READY, "Applied", applied),
     })
+}
+
+/// A TLSRoute is routed once its Gateway's controller says so: `RouteReady`
+/// follows the routes' `status.parents`, as the controller last wrote them
+/// (its status writes requeue us through the route watch).
+async fn gateway_verdict(
+    ctx: &Context,
+    cpi: &ControlPlaneIngress,
+    store: &Store<DynamicObject>,
+    names: &[String],
+    applied: &str,
+) -> Desired {
+    let namespace = cpi.namespace().unwrap_or_default();
+    for name in names {
+        let stored = store
+            .get(&ObjectRef::new_with(name, RouteKind::TlsRoute.api_resource()).within(&namespace));
+        let verdict = match stored {
+            Some(route) => render::acceptance(&route),
+            None => {
+                render::Acceptance::Pending(format!("TLSRoute {namespace}/{name} was just created"))
+            }
+        };
+        match verdict {
+            render::Acceptance::Accepted => {}
+            render::Acceptance::Pending(why) => {
+                return Desired::unknown(
+                    types::ROUTE_READY,
+                    "AwaitingGateway",
+                    format!("{applied} applied; {why}"),
+                );
+            }
+            render::Acceptance::Refused(why) => {
+                ctx.event(
+                    cpi,
+                    EventType::Warning,
+                    "RouteNotAccepted",
+                    "Apply",
+                    why.clone(),
+                )
+                .await;
+                return Desired::failed(types::ROUTE_READY, "RouteNotAccepted", why);
+            }
+        }
+    }
+    Desired::ok(
+        types::ROUTE_READY,
+        "Accepted",
+        format!("{applied}, accepted by the controller of each parent Gateway"),
+    )
 }
 
 /// The provider's own route: ready once it exists (our route watches see every object of the kind).

@@ -14,6 +14,7 @@ use kube::{Resource, api::DynamicObject};
 use serde::Serialize;
 
 use self::shared::host_routes;
+pub use self::gateway::{Acceptance, acceptance};
 pub use self::shared::{
     ROUTE_PREFIX, RouteKind, describe, owner_reference, route_name, upstream_route,
 };

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use clap::Parser;
-use hcp_ingress::controller::ControllerArgs;
+use hcp_ingress::controller::{ControllerArgs, Settings};
 use serde_json::Value;
 
 use crate::{
@@ -153,11 +153,14 @@ struct Flags {
     args: ControllerArgs,
 }
 
-/// What the binary makes of a container's args (`controller` and its flags).
+/// What the binary makes of a container's args (`controller` and its
+/// flags): the settings it runs with, so that two spellings of one meaning
+/// (`--namespace=` and `--namespace=*`: every namespace) compare equal.
 fn parsed(args: &[String]) -> String {
     assert_eq!(args.first().map(String::as_str), Some("controller"));
     let flags = Flags::try_parse_from(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
-    format!("{:?}", flags.args)
+    let settings = Settings::from_args(&flags.args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    format!("{settings:?}")
 }
 
 #[test]

@@ -219,8 +219,16 @@ async fn each_flavor_creates_its_route_kind_with_its_passthrough_setting() {
     }
     for (flavor, _, annotation) in flavors {
         let name = format!("t-{flavor}");
+        if flavor == "gateway" {
+            gateway_accepts(&m.client, &name).await;
+        }
         let (reason, message) = wait_condition(&m.client, &name, "RouteReady", "True").await;
-        assert_eq!(reason, "Applied", "{flavor}: {message}");
+        let want = if flavor == "gateway" {
+            "Accepted"
+        } else {
+            "Applied"
+        };
+        assert_eq!(reason, want, "{flavor}: {message}");
         let cpi = cpis(&m.client).get(&name).await.unwrap();
         assert_eq!(
             cpi.status.as_ref().unwrap().flavor.unwrap().as_str(),
@@ -394,6 +402,36 @@ async fn an_invalid_spec_is_a_condition_and_an_event_and_deletes_nothing() {
     running.stop().await;
 }
 
+/// A TLSRoute is routed once its Gateway's controller accepts it: until
+/// then `RouteReady` is Unknown; then the test answers as a Gateway
+/// controller would (test/ingress runs a real one, Traefik).
+async fn gateway_accepts(client: &kube::Client, name: &str) {
+    let (reason, message) = wait_condition(client, name, "RouteReady", "Unknown").await;
+    assert_eq!(reason, "AwaitingGateway", "{message}");
+    let routes = routes(client, RouteKind::TlsRoute);
+    for host in ["api", "konnectivity"] {
+        let route = wait_route(client, RouteKind::TlsRoute, &format!("{name}-{host}")).await;
+        let generation = route.metadata.generation.unwrap();
+        let parent = route.data["spec"]["parentRefs"][0].clone();
+        let conditions: Vec<_> = ["Accepted", "ResolvedRefs"]
+            .iter()
+            .map(|t| {
+                json!({"type": t, "status": "True", "reason": t, "message": "",
+                "observedGeneration": generation, "lastTransitionTime": "2026-01-01T00:00:00Z"})
+            })
+            .collect();
+        routes
+            .patch_status(
+                &route.name_any(),
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"status": {"parents": [{"parentRef": parent,
+                    "controllerName": "example.com/gateway", "conditions": conditions}]}})),
+            )
+            .await
+            .unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_route_crd_is_a_condition_and_the_route_follows_the_crd() {
     let m = management(&["gateway.networking.k8s.io_tlsroutes"]).await;
@@ -418,7 +456,9 @@ async fn a_missing_route_crd_is_a_condition_and_the_route_follows_the_crd() {
         .join("../shared/schemas/gateway.networking.k8s.io_tlsroutes.yaml");
     m.api.load_crds(&crd).await;
     wait_route(&m.client, RouteKind::TlsRoute, "gw-api").await;
-    wait_condition(&m.client, "gw", "RouteReady", "True").await;
+    // Applied, and waiting for a Gateway controller to answer.
+    let (reason, _) = wait_condition(&m.client, "gw", "RouteReady", "Unknown").await;
+    assert_eq!(reason, "AwaitingGateway");
     running.stop().await;
 }
 

@@ -218,62 +218,29 @@ pub fn routes(
         .collect()
 }
 
+/// The same reading of `status.parents` as the controller's `RouteReady`.
 fn tls_route(check: String, object: &str, live: &DynamicObject) -> Check {
-    let parents: Vec<&serde_json::Value> = live
-        .data
-        .pointer("/status/parents")
-        .and_then(|v| v.as_array())
-        .into_iter()
-        .flatten()
-        .collect();
-    let accepted = |p: &serde_json::Value| {
-        p.get("conditions")
-            .and_then(|c| c.as_array())
-            .and_then(|c| c.iter().find(|c| c["type"] == "Accepted"))
-            .cloned()
-    };
-    if parents
-        .iter()
-        .any(|p| accepted(p).is_some_and(|c| c["status"] == "True"))
-    {
-        return Check::new(
+    match crate::render::acceptance(live) {
+        crate::render::Acceptance::Accepted => Check::new(
             check,
             Verdict::Pass,
             format!("{object} accepted by its Gateway"),
-        );
+        ),
+        crate::render::Acceptance::Pending(why) => Check::new(
+            check,
+            Verdict::Fail,
+            format!(
+                "{object} is not accepted yet: {why}; check spec.route.gateway.parentRefs names a Gateway whose controller runs"
+            ),
+        ),
+        crate::render::Acceptance::Refused(why) => Check::new(
+            check,
+            Verdict::Fail,
+            format!(
+                "{why}; the Gateway listener must be protocol TLS, tls.mode Passthrough, and allow routes from this namespace"
+            ),
+        ),
     }
-    let why: Vec<String> = parents
-        .iter()
-        .map(|p| {
-            let gateway = p
-                .pointer("/parentRef/name")
-                .and_then(|v| v.as_str())
-                .unwrap_or("?");
-            match accepted(p) {
-                Some(c) => format!(
-                    "Gateway {gateway}: Accepted={} ({}): {}",
-                    c["status"].as_str().unwrap_or("?"),
-                    c["reason"].as_str().unwrap_or(""),
-                    c["message"].as_str().unwrap_or("")
-                ),
-                None => format!("Gateway {gateway}: no Accepted condition"),
-            }
-        })
-        .collect();
-    Check::new(
-        check,
-        Verdict::Fail,
-        if why.is_empty() {
-            format!(
-                "{object} is not accepted by any Gateway (no status.parents): check spec.route.gateway.parentRefs names a Gateway whose controller runs"
-            )
-        } else {
-            format!(
-                "{object} is not accepted: {}; the Gateway listener must be protocol TLS, tls.mode Passthrough, and allow routes from this namespace",
-                why.join("; ")
-            )
-        },
-    )
 }
 
 /// The ControlPlaneIngress's own conditions, as the controller last wrote

@@ -182,12 +182,14 @@ fn a_tls_route_must_be_accepted_by_a_gateway() {
     let route = |status: serde_json::Value| -> DynamicObject {
         serde_json::from_value(json!({
             "apiVersion": "gateway.networking.k8s.io/v1", "kind": "TLSRoute",
-            "metadata": {"name": "wl-api", "namespace": "tenants"}, "status": status
+            "metadata": {"name": "wl-api", "namespace": "tenants"},
+            "spec": {"parentRefs": [{"name": "gw"}]}, "status": status
         }))
         .unwrap()
     };
     let accepted = route(json!({"parents": [{"parentRef": {"name": "gw"},
-        "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted", "message": ""}]}]}));
+        "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted", "message": ""},
+            {"type": "ResolvedRefs", "status": "True", "reason": "ResolvedRefs", "message": ""}]}]}));
     assert_eq!(
         routes(&cpi, &wanted, &[Some(accepted)])[0].verdict,
         Verdict::Pass

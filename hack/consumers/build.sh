@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Builds the real ingress controllers that test/ingress runs against the
+# routes hcp-ingress writes, from the Go module proxy, once per version, into
+# a cache outside the checkout (beside hack/kube/build.sh's):
+#   traefik-<version>/bin/traefik, plus the CRDs it watches (bin/crds/)
+#   haproxy-ingress-<version>/bin/haproxy-ingress-controller, plus the
+#     templates and Lua files it reads at run time (bin/rootfs/etc/...); it
+#     runs the system's haproxy (Debian: haproxy, lua-json).
+# A second run with the binaries present returns at once.
+#
+# Usage: hack/consumers/build.sh [--print-bin-dir NAME]   (NAME: traefik | haproxy-ingress)
+#        prints the bin directory of one consumer without building;
+#        without arguments builds what is missing and prints the cache root.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=versions.env
+. "$here/versions.env"
+TRAEFIK_VERSION="${HCP_TRAEFIK_VERSION:-$TRAEFIK_VERSION}"
+HAPROXY_INGRESS_VERSION="${HCP_HAPROXY_INGRESS_VERSION:-$HAPROXY_INGRESS_VERSION}"
+root="${HCP_CONSUMERS_CACHE:-$HOME/.cache/hcp-ingress/consumers}"
+traefik_bin="$root/traefik-$TRAEFIK_VERSION/bin"
+haproxy_ingress_bin="$root/haproxy-ingress-$HAPROXY_INGRESS_VERSION/bin"
+
+if [[ "${1:-}" == "--print-bin-dir" ]]; then
+  case "${2:-}" in
+    traefik) echo "$traefik_bin" ;;
+    haproxy-ingress) echo "$haproxy_ingress_bin" ;;
+    *) echo "usage: $0 --print-bin-dir traefik|haproxy-ingress" >&2; exit 2 ;;
+  esac
+  exit 0
+fi
+
+log() { echo "hack/consumers/build.sh: $*" >&2; }
+need_go() { command -v go >/dev/null || { log "go is not installed"; exit 1; }; }
+# The checksum database is not reachable from every machine that reaches the
+# module proxy; the proxy is the source of truth here.
+export GOSUMDB="${GOSUMDB:-off}" GOFLAGS="-mod=mod" GOTOOLCHAIN=local CGO_ENABLED=0
+
+# Traefik's go.mod requires github.com/traefik/traefik/dynamic/ext, a nested
+# module the v3 module zip leaves out (a zip never holds a nested module)
+# and the proxy does not serve; Traefik's own go.mod replaces it by its
+# directory. Its open-source content is two empty extension points
+# (ext.HTTP, ext.Router) that dynamic.HTTP and dynamic.Router embed: the
+# wrapper writes exactly that module and replaces the path by it.
+# The containous fork of go-http-auth that v3.7 pins is not served either;
+# the fork's previous pseudo-version (the one v3.3 to v3.6 pin) has the API
+# Traefik calls, for basic/digest auth middlewares the tests do not use.
+# A dependency's replace and exclude lines do not apply to the main module,
+# so Traefik's are repeated here.
+build_traefik() {
+  [[ -x "$traefik_bin/traefik" && -s "$traefik_bin/crds/traefik.yaml" ]] && return
+  need_go
+  local dir="$root/traefik-$TRAEFIK_VERSION/src"
+  mkdir -p "$dir/ext" "$traefik_bin"
+  printf 'module github.com/traefik/traefik/dynamic/ext\n\ngo 1.24.0\n' >"$dir/ext/go.mod"
+  cat >"$dir/ext/ext.go" <<'GO'
+package ext
+
+// HTTP is a dynamic.HTTP extension.
+type HTTP struct{}
+
+// Router is a dynamic.Router extension.
+type Router struct{}
+GO
+  cat >"$dir/go.mod" <<MOD
+module hcp-ingress.dev/traefik-build
+
+go 1.26
+
+require github.com/traefik/traefik/v3 $TRAEFIK_VERSION
+
+replace github.com/traefik/traefik/dynamic/ext => ./ext
+
+replace (
+	github.com/abbot/go-http-auth => github.com/containous/go-http-auth v0.4.1-0.20200324110947-a37a7636d23e
+	github.com/gorilla/mux => github.com/containous/mux v0.0.0-20250523120546-41b6ec3aed59
+)
+
+exclude github.com/tencentcloud/tencentcloud-sdk-go v3.0.83+incompatible
+MOD
+  if [[ ! -x "$traefik_bin/traefik" ]]; then
+    log "building traefik $TRAEFIK_VERSION (minutes on 2 cores the first time)"
+    local pkg=github.com/traefik/traefik/v3/pkg/version
+    (cd "$dir" && go build -trimpath -ldflags "-s -w -X $pkg.Version=$TRAEFIK_VERSION" \
+      -o "$traefik_bin/traefik.tmp" github.com/traefik/traefik/v3/cmd/traefik) && mv "$traefik_bin/traefik.tmp" "$traefik_bin/traefik"
+  fi
+  # The CRDs this Traefik watches, from the modules it was built from: its
+  # own (the CRD provider waits for every traefik.io kind), and the Gateway
+  # API release it requires (its Gateway provider also watches GRPCRoute
+  # and BackendTLSPolicy, which ../shared/schemas does not hold).
+  local src gw
+  src="$(cd "$dir" && go list -m -f '{{.Dir}}' github.com/traefik/traefik/v3)"
+  gw="$(cd "$dir" && go list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api)"
+  rm -rf "$traefik_bin/crds.tmp" && mkdir -p "$traefik_bin/crds.tmp"
+  cp "$src/docs/content/reference/dynamic-configuration/kubernetes-crd-definition-v1.yml" "$traefik_bin/crds.tmp/traefik.yaml"
+  for kind in grpcroutes backendtlspolicies; do
+    cp "$gw/config/crd/standard/gateway.networking.k8s.io_$kind.yaml" "$traefik_bin/crds.tmp/"
+  done
+  chmod -R u+w "$traefik_bin/crds.tmp"
+  rm -rf "$traefik_bin/crds" && mv "$traefik_bin/crds.tmp" "$traefik_bin/crds"
+}
+
+# haproxy-ingress builds as published; what the image adds (templates, Lua
+# scripts) comes from the same module's rootfs/ and is copied beside the
+# binary, for --rootfs-prefix style lookups by the test.
+build_haproxy_ingress() {
+  [[ -x "$haproxy_ingress_bin/haproxy-ingress-controller" && -s "$haproxy_ingress_bin/rootfs/etc/templates/haproxy/haproxy.tmpl" ]] && return
+  need_go
+  local dir="$root/haproxy-ingress-$HAPROXY_INGRESS_VERSION/src"
+  mkdir -p "$dir" "$haproxy_ingress_bin"
+  printf 'module hcp-ingress.dev/haproxy-ingress-build\n\ngo 1.26\n\nrequire github.com/jcmoraisjr/haproxy-ingress %s\n' \
+    "$HAPROXY_INGRESS_VERSION" >"$dir/go.mod"
+  log "building haproxy-ingress $HAPROXY_INGRESS_VERSION"
+  local pkg=github.com/jcmoraisjr/haproxy-ingress/pkg/version
+  (cd "$dir" && go build -trimpath -ldflags "-s -w -X $pkg.RELEASE=$HAPROXY_INGRESS_VERSION" \
+    -o "$haproxy_ingress_bin/haproxy-ingress-controller.tmp" github.com/jcmoraisjr/haproxy-ingress/pkg) \
+    && mv "$haproxy_ingress_bin/haproxy-ingress-controller.tmp" "$haproxy_ingress_bin/haproxy-ingress-controller"
+  local src; src="$(cd "$dir" && go list -m -f '{{.Dir}}' github.com/jcmoraisjr/haproxy-ingress)"
+  rm -rf "$haproxy_ingress_bin/rootfs.tmp" && mkdir -p "$haproxy_ingress_bin/rootfs.tmp"
+  cp -r "$src/rootfs/etc" "$haproxy_ingress_bin/rootfs.tmp/"
+  chmod -R u+w "$haproxy_ingress_bin/rootfs.tmp"
+  rm -rf "$haproxy_ingress_bin/rootfs" && mv "$haproxy_ingress_bin/rootfs.tmp" "$haproxy_ingress_bin/rootfs"
+}
+
+build_haproxy_ingress
+build_traefik
+echo "$root"

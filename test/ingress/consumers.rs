@@ -1,0 +1,179 @@
+//! The real ingress controllers as processes, where
+//! `hack/consumers/build.sh` put them, and the checks every consumer test
+//! makes through them.
+
+use std::{
+    net::{SocketAddr, TcpListener},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use crate::{
+    bed::{ADMIN_GROUP, ADMIN_USER, API_HOST, Bed, CLUSTER, KONNECTIVITY_HOST, repo},
+    tls::{KONNECTIVITY_GREETING, Seen, look, request, strict_client},
+};
+
+/// How to build what these tests need.
+pub const HOW_TO_BUILD: &str = "run `bash hack/consumers/build.sh` (builds Traefik and haproxy-ingress from the Go module proxy, versions in hack/consumers/versions.env)";
+
+/// The folder `hack/consumers/build.sh` builds consumer `name` into.
+pub fn bin_dir(name: &str) -> PathBuf {
+    let out = Command::new("bash")
+        .arg(repo().join("hack/consumers/build.sh"))
+        .args(["--print-bin-dir", name])
+        .output()
+        .expect("bash runs hack/consumers/build.sh");
+    assert!(
+        out.status.success(),
+        "hack/consumers/build.sh --print-bin-dir {name}"
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// A free loopback port (released again: the consumer binds it a moment later).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// A consumer process, its output in `log`; it and every process it
+/// started (haproxy-ingress starts haproxy in a process group of its own)
+/// are killed on drop, by pid.
+pub struct Process {
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl Process {
+    pub fn spawn(program: &Path, args: &[String], cwd: &Path, log: PathBuf) -> Process {
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(program)
+            .args(args)
+            .current_dir(cwd)
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: {e}", program.display()));
+        Process { child, log }
+    }
+
+    /// Whether it still runs (not exited, not a zombie).
+    pub fn running(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))
+            .ok()
+            .and_then(|s| Some(s.rsplit_once(") ")?.1.starts_with('Z')))
+            == Some(false)
+    }
+
+    /// The last lines of its output.
+    pub fn tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<_> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+}
+
+/// Every descendant of `pid`, children first.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten();
+    for task in tasks.flatten() {
+        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+            found.push(child);
+            found.extend(descendants(child));
+        }
+    }
+    found
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let others = descendants(self.child.id());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for pid in others {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// The checks a tenant's user depends on, through the ingress at `ingress`:
+/// 1. SNI `apiHost` reaches the tenant's own API server, passed through: a
+///    client that trusts only the tenant's CA completes the handshake, and
+///    the API server authenticates the client certificate (SelfSubjectReview
+///    names its user and group);
+/// 2. SNI `konnectivityHost` reaches the konnectivity backend port, not the
+///    API server's;
+/// 3. an SNI no route names reaches neither.
+pub async fn assert_passthrough(bed: &Bed, ingress: SocketAddr, consumer: &Process) {
+    // Until the consumer has read the route: it watches the API server
+    // and reloads on its own schedule.
+    let seen = answered(ingress, API_HOST, &bed.tenant_leaf, consumer).await;
+    assert!(seen.error.is_none(), "{seen:?}");
+
+    let (status, response) = request(
+        ingress,
+        API_HOST,
+        strict_client(bed.tenant.ca_pem(), &bed.admin),
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{CLUSTER}'s API server through {ingress}: {e}"));
+    assert_eq!(
+        status, 201,
+        "SelfSubjectReview through {ingress}: {response}"
+    );
+    assert!(
+        response.contains(&format!(r#""username":"{ADMIN_USER}""#))
+            && response.contains(&format!(r#""{ADMIN_GROUP}""#)),
+        "the tenant's API server did not see the client certificate of {ADMIN_USER}: {response}"
+    );
+
+    // Its own route (TLSRoutes: its own object, which may be read a moment
+    // after the API server's).
+    let seen = answered(ingress, KONNECTIVITY_HOST, &bed.konnectivity.leaf, consumer).await;
+    assert_eq!(seen.first_bytes, KONNECTIVITY_GREETING, "{seen:?}");
+
+    let stranger = "api.unknown-tenant.hcp.example.com";
+    let seen = look(ingress, stranger).await;
+    assert!(
+        seen.leaf.as_ref() != Some(&bed.tenant_leaf)
+            && seen.leaf.as_ref() != Some(&bed.konnectivity.leaf)
+            && seen.first_bytes != KONNECTIVITY_GREETING,
+        "SNI {stranger}, which no route names, reached a tenant backend: {seen:?}"
+    );
+}
+
+/// Wait up to 90 s until SNI `sni` at `ingress` is answered with `leaf`.
+async fn answered(ingress: SocketAddr, sni: &str, leaf: &[u8], consumer: &Process) -> Seen {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        assert!(
+            consumer.running(),
+            "the consumer exited; its log ends with:\n{}",
+            consumer.tail()
+        );
+        let seen = look(ingress, sni).await;
+        if seen.leaf.as_deref() == Some(leaf) {
+            return seen;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "SNI {sni} at {ingress} was not answered by its backend within 90 s (last: {seen:?}); the consumer's log ends with:\n{}",
+            consumer.tail()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
