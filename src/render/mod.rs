@@ -13,8 +13,8 @@ pub mod workload;
 use kube::{Resource, api::DynamicObject};
 use serde::Serialize;
 
-use self::shared::host_routes;
 pub use self::gateway::{Acceptance, acceptance};
+use self::shared::host_routes;
 pub use self::shared::{
     ROUTE_PREFIX, RouteKind, describe, owner_reference, route_name, upstream_route,
 };
