@@ -113,7 +113,7 @@ pub(super) async fn apply(
     }
     let applied = format!("{} {} ({flavor})", kind.gvk().kind, names.join(", "));
     if kind == RouteKind::TlsRoute && upstream.is_none() {
-        return Ok(gateway_verdict(ctx, cpi, &store, &names, &applied).await);
+        return Ok(gateway_verdict(ctx, cpi, store, &names, &applied).await);
     }
     Ok(match upstream {
         // The provider routes the API host, we the rest: both must be there.
