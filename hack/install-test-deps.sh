@@ -38,8 +38,8 @@ fi
 # kube-apiserver, kube-controller-manager, kube-scheduler, kwok), built once
 # per version from the Go module proxy into ~/.cache/hcp-ingress/kube.
 bash "$(dirname "$0")/kube/build.sh" >/dev/null
-# Real ingress controllers that read our routes in test/ingress (Traefik,
-# haproxy-ingress), built once per version into ~/.cache/hcp-ingress/consumers.
+# The real consumers of our routes in test/ingress (Traefik, haproxy-ingress,
+# k0smotron), built once per version into ~/.cache/hcp-ingress/consumers.
 bash "$(dirname "$0")/consumers/build.sh" >/dev/null
 # Cluster API's clusterctl and core manager, which install, move and deliver
 # hcp-ingress in test/capi and test/release, built once per version from the

@@ -19,7 +19,7 @@ done
 bash hack/kube/build.sh >/dev/null
 # clusterctl and the Cluster API manager (test/capi, test/release), likewise.
 bash hack/capi/build.sh >/dev/null
-# Traefik and haproxy-ingress (test/ingress), likewise; haproxy-ingress's Lua
+# Traefik, haproxy-ingress and k0smotron (test/ingress), likewise; haproxy-ingress's Lua
 # needs Debian's lua-json.
 [ -f /usr/share/lua/5.3/json.lua ] || bash hack/install-test-deps.sh
 bash hack/consumers/build.sh >/dev/null

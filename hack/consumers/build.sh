@@ -6,9 +6,12 @@
 #   haproxy-ingress-<version>/bin/haproxy-ingress-controller, plus the
 #     templates and Lua files it reads at run time (bin/rootfs/etc/...); it
 #     runs the system's haproxy (Debian: haproxy, lua-json).
+#   k0smotron-<version>/bin/k0smotron (its manager, every provider in one
+#     binary; --enable-controller picks), plus its CRDs (bin/crds/) and
+#     webhook configurations (bin/webhook/).
 # A second run with the binaries present returns at once.
 #
-# Usage: hack/consumers/build.sh [--print-bin-dir NAME]   (NAME: traefik | haproxy-ingress)
+# Usage: hack/consumers/build.sh [--print-bin-dir NAME]   (NAME: traefik | haproxy-ingress | k0smotron)
 #        prints the bin directory of one consumer without building;
 #        without arguments builds what is missing and prints the cache root.
 set -euo pipefail
@@ -17,15 +20,18 @@ here="$(cd "$(dirname "$0")" && pwd)"
 . "$here/versions.env"
 TRAEFIK_VERSION="${HCP_TRAEFIK_VERSION:-$TRAEFIK_VERSION}"
 HAPROXY_INGRESS_VERSION="${HCP_HAPROXY_INGRESS_VERSION:-$HAPROXY_INGRESS_VERSION}"
+K0SMOTRON_VERSION="${HCP_K0SMOTRON_VERSION:-$K0SMOTRON_VERSION}"
 root="${HCP_CONSUMERS_CACHE:-$HOME/.cache/hcp-ingress/consumers}"
 traefik_bin="$root/traefik-$TRAEFIK_VERSION/bin"
 haproxy_ingress_bin="$root/haproxy-ingress-$HAPROXY_INGRESS_VERSION/bin"
+k0smotron_bin="$root/k0smotron-$K0SMOTRON_VERSION/bin"
 
 if [[ "${1:-}" == "--print-bin-dir" ]]; then
   case "${2:-}" in
     traefik) echo "$traefik_bin" ;;
     haproxy-ingress) echo "$haproxy_ingress_bin" ;;
-    *) echo "usage: $0 --print-bin-dir traefik|haproxy-ingress" >&2; exit 2 ;;
+    k0smotron) echo "$k0smotron_bin" ;;
+    *) echo "usage: $0 --print-bin-dir traefik|haproxy-ingress|k0smotron" >&2; exit 2 ;;
   esac
   exit 0
 fi
@@ -122,6 +128,44 @@ build_haproxy_ingress() {
   rm -rf "$haproxy_ingress_bin/rootfs" && mv "$haproxy_ingress_bin/rootfs.tmp" "$haproxy_ingress_bin/rootfs"
 }
 
+# k0smotron is built as its own main module, from a copy of its module zip:
+# its go.mod pins k8s.io/kubernetes and replaces staging modules, and a
+# dependency's replace lines would not apply to a wrapper module. Its CRDs
+# (v1beta1 only; k0smotron v2, which ../shared/schemas describes, serves
+# v1beta2 and is not on the proxy) and the webhook configurations it serves
+# (the mutating one defaults a k0smotron Cluster's `ingress.deploy` to true)
+# come from the same zip's config/.
+build_k0smotron() {
+  [[ -x "$k0smotron_bin/k0smotron" && -s "$k0smotron_bin/webhook/capi.yaml" ]] && return
+  need_go
+  local dir="$root/k0smotron-$K0SMOTRON_VERSION/src" zip
+  mkdir -p "$k0smotron_bin"
+  zip="$(cd / && go mod download -json "github.com/k0sproject/k0smotron@$K0SMOTRON_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
+  [[ -d "$zip" ]] || { log "github.com/k0sproject/k0smotron@$K0SMOTRON_VERSION is not on the module proxy"; exit 1; }
+  if [[ ! -x "$k0smotron_bin/k0smotron" || ! -s "$dir/go.mod" ]]; then
+    rm -rf "$dir" && cp -r "$zip" "$dir" && chmod -R u+w "$dir"
+  fi
+  if [[ ! -x "$k0smotron_bin/k0smotron" ]]; then
+    log "building k0smotron $K0SMOTRON_VERSION (minutes on 2 cores the first time)"
+    (cd "$dir" && go build -trimpath -ldflags "-s -w" -o "$k0smotron_bin/k0smotron.tmp" ./cmd) \
+      && mv "$k0smotron_bin/k0smotron.tmp" "$k0smotron_bin/k0smotron"
+  fi
+  # Its CRDs; and CAPI's Machine from the Cluster API release it was built
+  # with: its K0sControlPlane controller owns Machines, and a controller
+  # whose kind is not served stops the manager (../shared/schemas has
+  # Cluster but no Machine).
+  # The standalone webhooks (k0smotron.io Cluster) and the CAPI ones
+  # (K0smotronControlPlane, K0sControlPlane); both files name their
+  # configurations alike (kustomize prefixes them on install).
+  local capi; capi="$(cd "$dir" && go mod download -json sigs.k8s.io/cluster-api | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
+  rm -rf "$k0smotron_bin/crds" "$k0smotron_bin/webhook" && mkdir -p "$k0smotron_bin/crds" "$k0smotron_bin/webhook"
+  cp "$zip"/config/crd/*.yaml "$capi/config/crd/bases/cluster.x-k8s.io_machines.yaml" "$k0smotron_bin/crds/"
+  cp "$zip/config/standalone/webhook/manifests.yaml" "$k0smotron_bin/webhook/standalone.yaml"
+  cp "$zip/config/webhook/manifests.yaml" "$k0smotron_bin/webhook/capi.yaml"
+  chmod -R u+w "$k0smotron_bin/crds" "$k0smotron_bin/webhook"
+}
+
 build_haproxy_ingress
 build_traefik
+build_k0smotron
 echo "$root"

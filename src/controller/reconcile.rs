@@ -118,8 +118,10 @@ async fn with_finalizer(cpi: Arc<ControlPlaneIngress>, ctx: &Context) -> Result<
                 .await;
             return Ok(Action::await_change());
         }
-        let action = cleanup(&cpi, ctx).await?;
-        set_finalizer(&api, &cpi, false).await?;
+        let (action, finished) = cleanup(&cpi, ctx).await?;
+        if finished {
+            set_finalizer(&api, &cpi, false).await?;
+        }
         return Ok(action);
     }
     // One per cluster: a derived one that another one outranks goes, even
@@ -209,7 +211,9 @@ async fn set_finalizer(
     }
 }
 
-async fn cleanup(cpi: &ControlPlaneIngress, ctx: &Context) -> Result<Action, Error> {
+/// The removal of the workload side; `true` with the action when it is
+/// finished (the finalizer may go).
+async fn cleanup(cpi: &ControlPlaneIngress, ctx: &Context) -> Result<(Action, bool), Error> {
     // The workload side is per cluster: while another ControlPlaneIngress
     // describes the cluster, what is installed there is its to keep.
     let all = ctx.cpis.state();
@@ -224,14 +228,20 @@ async fn cleanup(cpi: &ControlPlaneIngress, ctx: &Context) -> Result<Action, Err
         );
         ctx.event(cpi, EventType::Normal, "WorkloadKept", "Delete", note)
             .await;
-        return Ok(Action::await_change());
+        return Ok((Action::await_change(), true));
     }
     match workload::cleanup(ctx, cpi).await.map_err(Error::Cleanup)? {
         workload::Removal::Removed(note) => {
             ctx.event(cpi, EventType::Normal, "WorkloadCleanedUp", "Delete", note)
                 .await;
-            Ok(Action::await_change())
+            Ok((Action::await_change(), true))
         }
+        // Given back just now: the proxy goes in the next pass, once
+        // kube-proxy took the given-back endpoints in.
+        workload::Removal::Restoring(_) => Ok((
+            Action::requeue(workload::HANDOVER_PAUSE.min(ctx.settings.retry)),
+            false,
+        )),
         // The deletion waits: removing the route and the proxy now would cut
         // every pod of the workload cluster off its API server.
         workload::Removal::Kept(note) => {

@@ -196,14 +196,28 @@ fn upstream_route(ctx: &Context, cpi: &ControlPlaneIngress, upstream: &UpstreamO
         });
     let what = format!("{} {namespace}/{}", upstream.kind, upstream.name);
     match found {
-        Some(_) => Desired::ok(
-            types::ROUTE_READY,
-            "ManagedByUpstream",
-            format!(
-                "{provider} routes {} with its {what}; hcp-ingress makes no second route",
-                cpi.spec.ingress.api_host
-            ),
-        ),
+        Some(route) => {
+            // Whether an ingress controller took it: not every controller
+            // publishes an address, so its absence is said, not failed on.
+            let addresses = render::status_addresses(&route);
+            let admission = if addresses.is_empty() {
+                "no ingress controller has published an address for it yet (status.loadBalancer)"
+                    .to_string()
+            } else {
+                format!(
+                    "admitted by the ingress controller at {}",
+                    addresses.join(", ")
+                )
+            };
+            Desired::ok(
+                types::ROUTE_READY,
+                "ManagedByUpstream",
+                format!(
+                    "{provider} routes {} with its {what}, {admission}; hcp-ingress makes no second route",
+                    cpi.spec.ingress.api_host
+                ),
+            )
+        }
         None => Desired::failed(
             types::ROUTE_READY,
             "UpstreamRouteMissing",

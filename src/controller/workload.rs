@@ -36,6 +36,10 @@ use crate::{
     render::workload::{self, WorkloadInputs},
 };
 
+/// How long a path that was just replaced (a steering switch, a give-back)
+/// keeps its proxy: kube-proxy programs a change within a second or two.
+pub const HANDOVER_PAUSE: Duration = Duration::from_secs(5);
+
 /// Bring the workload cluster to the desired state.
 pub async fn reconcile(
     ctx: &Context,
@@ -113,6 +117,15 @@ async fn opt_out(ctx: &Context, cpi: &ControlPlaneIngress) -> Outcome {
                 requeue: None,
             }
         }
+        Ok(Removal::Restoring(note)) => Outcome {
+            conditions: vec![Desired::ok(
+                types::ENDPOINTS_STEERED,
+                "Restored",
+                format!("{note}; the proxy is removed next"),
+            )],
+            proxy: installed,
+            requeue: Some(HANDOVER_PAUSE.min(ctx.settings.retry)),
+        },
         Ok(Removal::Kept(note)) => Outcome {
             conditions: vec![Desired::failed(
                 types::ENDPOINTS_STEERED,
@@ -225,31 +238,145 @@ async fn install(
         }
     }
 
-    // Record what default/kubernetes holds before our first steering write,
-    // and give back what another steering mode took (a switch is our change).
-    let take_over = steering::take_over(ctx, client, spec.steering).await?;
-    // Steering first looks at what is there: a rewrite by someone else is news.
-    let service_drift = if take_over.steered_before {
-        steering::service_drift(client, &objects).await?
-    } else {
-        Vec::new()
-    };
-    let mut seen = Vec::new();
-    for object in objects.to_dynamic().map_err(render_failed)? {
-        let was = apply_object(ctx, client, object.clone()).await?;
-        seen.push((object, was));
+    // The record of what default/kubernetes holds, before any steering write.
+    let mut record = steering::ensure_record(ctx, client).await?;
+    let steered_before = record.applied == Some(spec.steering);
+    // The proxy first, steering only at a proxy that is ready.
+    for object in objects.proxy_to_dynamic().map_err(render_failed)? {
+        apply_object(ctx, client, object).await?;
     }
-    let switched = take_over.switched.clone();
-    steering::applied(ctx, client, take_over, spec.steering).await?;
-    if let Some(switched) = &switched {
-        tracing::info!(object = %crate::render::describe(cpi), %switched, "steering switched");
+    let namespace = workload::proxy_namespace(spec.steering);
+    let (ready_condition, (desired, ready), rolled_out) = proxy_ready(client, namespace).await?;
+    // With no Node nothing can lose the API: steering goes first, and the
+    // first node's pods find the path as soon as its proxy runs.
+    let no_nodes = !rolled_out && !objects::any_node(client).await?;
+    let proxy_up = rolled_out || no_nodes || taken_over.is_some();
+    let mut switched = None;
+    let mut steer = steered_before;
+    match record.applied {
+        Some(previous) if previous != spec.steering => {
+            if record.leaving != Some(spec.steering) {
+                // Should the switch be called off, this proxy is to go.
+                record.leaving = Some(spec.steering);
+                steering::write_record(ctx, client, &record).await?;
+            }
+            if proxy_up {
+                match steering::switch(ctx, client, &record, &objects, ready, no_nodes).await {
+                    Ok(steering::Switch::Done(summary)) => {
+                        tracing::info!(object = %crate::render::describe(cpi), %summary, "steering switched");
+                        switched = Some(summary);
+                        steer = true;
+                    }
+                    Ok(steering::Switch::Waiting(step)) => {
+                        conditions.push(Desired::ok(
+                            types::ENDPOINTS_STEERED,
+                            "SwitchInProgress",
+                            format!("switching from {previous:?} to {:?}: {step}", spec.steering),
+                        ));
+                        requeue = Some(ctx.settings.retry);
+                    }
+                    Err(u) => {
+                        tracing::warn!(object = %crate::render::describe(cpi), reason = u.reason, message = %u.message, "steering switch failed");
+                        conditions.push(Desired::failed(
+                            types::ENDPOINTS_STEERED,
+                            "SteeringSwitchFailed",
+                            format!(
+                                "cannot switch steering from {previous:?} to {:?}, {previous:?} still steers: {}",
+                                spec.steering, u.message
+                            ),
+                        ));
+                        requeue = Some(ctx.backoff.next(&workload_key(cpi)));
+                    }
+                }
+            } else {
+                conditions.push(Desired::ok(
+                    types::ENDPOINTS_STEERED,
+                    "SwitchPending",
+                    format!(
+                        "{previous:?} steers default/kubernetes until the {:?} proxy in {namespace} is ready on every node ({ready}/{desired})",
+                        spec.steering
+                    ),
+                ));
+                requeue = Some(ctx.settings.retry);
+            }
+        }
+        None if proxy_up && spec.steering == crate::api::Steering::Service && !no_nodes => {
+            // Whatever reached the API before keeps carrying traffic until
+            // the proxy pods are the Service's endpoints.
+            match steering::service_handover(ctx, client, ready, no_nodes).await? {
+                None => steer = true,
+                Some(step) => {
+                    conditions.push(Desired::failed(
+                        types::ENDPOINTS_STEERED,
+                        "WaitingForProxy",
+                        format!("{step}; then default/kubernetes is steered"),
+                    ));
+                    requeue = Some(ctx.settings.retry);
+                }
+            }
+        }
+        None if !proxy_up => {
+            conditions.push(Desired::failed(
+                types::ENDPOINTS_STEERED,
+                "WaitingForProxy",
+                format!(
+                    "default/kubernetes is steered once the proxy is ready on every node ({ready}/{desired}): steering at a proxy that does not answer would cut pods off the API"
+                ),
+            ));
+            requeue = Some(ctx.settings.retry);
+        }
+        _ => steer = true,
     }
-    let mut drift = steering::endpoints_drift(&objects, &seen);
-    drift.extend(service_drift);
-    let drift =
-        ctx.workload_clients
-            .remember_drift(&workload_key(cpi), drift, ctx.settings.retry * 10);
-    conditions.push(steering::steered(&objects, drift, switched));
+    if steer {
+        // Steering first looks at what is there: a rewrite by someone else is news.
+        let service_drift = if steered_before {
+            steering::service_drift(client, &objects).await?
+        } else {
+            Vec::new()
+        };
+        let mut seen = Vec::new();
+        for object in objects.steering_to_dynamic().map_err(render_failed)? {
+            let was = apply_object(ctx, client, object.clone()).await?;
+            seen.push((object, was));
+        }
+        steering::mark_applied(ctx, client, &mut record, spec.steering).await?;
+        let mut drift = if steered_before {
+            steering::endpoints_drift(&objects, &seen)
+        } else {
+            Vec::new()
+        };
+        drift.extend(service_drift);
+        let drift =
+            ctx.workload_clients
+                .remember_drift(&workload_key(cpi), drift, ctx.settings.retry * 10);
+        conditions.push(steering::steered(&objects, drift, switched.clone()));
+        if switched.is_some() {
+            // The old path goes in a later pass, once kube-proxy has taken
+            // the new one in.
+            requeue = Some(HANDOVER_PAUSE.min(ctx.settings.retry));
+        } else if spec.steering == crate::api::Steering::Service
+            && !record.service_proxy_beside_service
+        {
+            // Steered by a release that ran this proxy in kube-system, where
+            // the Service selects nothing: that one goes, once.
+            cleanup::remove_proxy_of(ctx, client, crate::api::Steering::AdvertiseAddress)
+                .await
+                .map_err(|message| Unreachable {
+                    reason: "ApplyFailed",
+                    message,
+                })?;
+            record.service_proxy_beside_service = true;
+            steering::write_record(ctx, client, &record).await?;
+        } else if let Some(leaving) = record.leaving.filter(|m| *m != spec.steering) {
+            cleanup::remove_proxy_of(ctx, client, leaving)
+                .await
+                .map_err(|message| Unreachable {
+                    reason: "ApplyFailed",
+                    message,
+                })?;
+            steering::left(ctx, client, &mut record).await?;
+        }
+    }
     if let Some(theirs) = taken_over {
         let still = upstream::rollout(client, theirs).await?;
         if still.is_some() {
@@ -265,7 +392,6 @@ async fn install(
         requeue = Some(ctx.settings.retry);
     }
 
-    let (ready_condition, (desired, ready)) = proxy_ready(client).await?;
     conditions.push(ready_condition);
     if desired == 0 || ready < desired {
         requeue = Some(ctx.settings.retry);

@@ -314,12 +314,17 @@ async fn workload_checks(
         workload::WorkloadInputs::default(),
     );
     let wanted = workload::proxy(cpi, &inputs).ok().flatten();
-    out.push(checks::steering(
+    let steering = checks::steering(
         cpi,
         wanted.as_ref().map(|w| &w.steering),
         state.endpoints.as_ref(),
         state.endpoint_slice.as_ref(),
         state.service.as_ref(),
+    );
+    out.push(checks::steering_reaches_proxy(
+        cpi,
+        steering,
+        &state.service_slices,
     ));
     let ours = spec.enabled
         && cpi

@@ -25,7 +25,7 @@ use crate::{
     api::ControlPlaneIngress,
     controller::redact,
     proxy::dns,
-    render::workload::{NAME, NAMESPACE, OverrideTarget},
+    render::workload::{self, NAME, OverrideTarget},
 };
 
 const TYPE_A: u16 = 1;
@@ -331,7 +331,9 @@ pub struct WorkloadState {
     pub endpoints: Option<Endpoints>,
     /// `default/kubernetes` EndpointSlice.
     pub endpoint_slice: Option<EndpointSlice>,
-    /// `kube-system/hcp-ingress-proxy` DaemonSet.
+    /// Every EndpointSlice of the `kubernetes` Service.
+    pub service_slices: Vec<EndpointSlice>,
+    /// The proxy DaemonSet, in the namespace of the steering mode.
     pub daemon_set: Option<DaemonSet>,
     /// Each CCM found, with the target that found it.
     pub ccm_found: Vec<(OverrideTarget, DynamicObject)>,
@@ -360,10 +362,16 @@ pub async fn workload_state(
         .get_opt("kubernetes")
         .await
         .map_err(failed("EndpointSlice default/kubernetes"))?;
-    let daemon_set = Api::<DaemonSet>::namespaced(client.clone(), NAMESPACE)
+    let service_slices = Api::<EndpointSlice>::namespaced(client.clone(), "default")
+        .list(&kube::api::ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
+        .await
+        .map_err(failed("EndpointSlices of Service default/kubernetes"))?
+        .items;
+    let namespace = workload::proxy_namespace(workload::proxy_spec(cpi).steering);
+    let daemon_set = Api::<DaemonSet>::namespaced(client.clone(), namespace)
         .get_opt(NAME)
         .await
-        .map_err(failed(&format!("DaemonSet {NAMESPACE}/{NAME}")))?;
+        .map_err(failed(&format!("DaemonSet {namespace}/{NAME}")))?;
     // Found as the controller finds them.
     let (ccm_found, ccm_missing) = crate::controller::find_ccm_workloads(client, cpi)
         .await
@@ -372,6 +380,7 @@ pub async fn workload_state(
         service,
         endpoints,
         endpoint_slice,
+        service_slices,
         daemon_set,
         ccm_found,
         ccm_missing,

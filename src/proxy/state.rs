@@ -55,14 +55,23 @@ impl Shared {
         self.listening.load(Ordering::Relaxed) && self.pool.any_healthy()
     }
 
-    /// Publish an address's health.
+    /// Publish an address's health, while it is one of the pool's.
     pub fn set_health_gauge(&self, addr: SocketAddr, healthy: bool) {
+        let label = AddressLabel {
+            address: addr.to_string(),
+        };
         self.metrics
             .upstream_healthy
-            .get_or_create(&AddressLabel {
-                address: addr.to_string(),
-            })
+            .get_or_create(&label)
             .set(i64::from(healthy));
+        // A health check or dial that began before a reload can end after
+        // its address left the pool and `set_addresses` removed its series:
+        // take it out again, or a gone address stays "healthy" in the
+        // metrics for good. Checked after the write, so whichever of the two
+        // runs last, the series ends removed.
+        if !self.pool.backends().iter().any(|b| b.addr == addr) {
+            self.metrics.upstream_healthy.remove(&label);
+        }
     }
 
     /// Replace the pool's addresses, keeping the health gauges in step.
@@ -104,5 +113,69 @@ fn tls_key(cfg: &Config, err: &TlsError) -> &'static str {
         Some(t) if is(&t.cert_file) => "tls.certFile",
         Some(t) if is(&t.key_file) => "tls.keyFile",
         _ => "upstream.caFile",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{net::SocketAddr, sync::Arc};
+
+    use super::{Shared, State};
+    use crate::proxy::metrics::AddressLabel;
+
+    fn shared() -> Shared {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = rcgen::generate_simple_self_signed(vec!["ca".to_string()]).unwrap();
+        std::fs::write(dir.path().join("ca.crt"), ca.cert.pem()).unwrap();
+        let text = format!(
+            "mode: passthrough\nupstream: {{serverName: a.example.com, caFile: {}/ca.crt}}\n",
+            dir.path().display()
+        );
+        let cfg =
+            crate::proxy::config::validate(crate::proxy::config::parse(&text).unwrap()).unwrap();
+        let tls = crate::proxy::tls::TlsMaterial::load(&cfg).unwrap();
+        let metrics = crate::proxy::metrics::Metrics::new();
+        let listener_keepalive = cfg.timeouts.tcp_keepalive;
+        Shared {
+            pooled: Arc::new(crate::proxy::pool::Pool::new(metrics.pool.clone())),
+            metrics,
+            state: arc_swap::ArcSwap::from_pointee(State { cfg, tls }),
+            pool: crate::proxy::upstream::Pool::new(),
+            listening: Default::default(),
+            reloaded: Default::default(),
+            revision: None,
+            listener_keepalive,
+        }
+    }
+
+    fn series(shared: &Shared, addr: SocketAddr) -> Option<i64> {
+        shared
+            .metrics
+            .upstream_healthy
+            .get(&AddressLabel {
+                address: addr.to_string(),
+            })
+            .map(|g| g.get())
+    }
+
+    /// A reload wakes the health checks and the address task together: a
+    /// check of the old address that ends after the new addresses are in
+    /// must not bring the old address's series back.
+    #[test]
+    fn a_health_result_for_an_address_no_longer_in_the_pool_leaves_no_series() {
+        let shared = shared();
+        let (old, new): (SocketAddr, SocketAddr) = (
+            "198.51.100.1:443".parse().unwrap(),
+            "198.51.100.2:443".parse().unwrap(),
+        );
+        shared.set_addresses(&[old]);
+        assert_eq!(series(&shared, old), Some(1));
+        shared.set_addresses(&[new]);
+        // The check that was under way when the reload came.
+        shared.set_health_gauge(old, true);
+        assert_eq!(series(&shared, old), None, "a gone address is reported");
+        assert_eq!(series(&shared, new), Some(1));
+        shared.set_health_gauge(new, false);
+        assert_eq!(series(&shared, new), Some(0));
     }
 }

@@ -16,7 +16,8 @@ use serde::Serialize;
 pub use self::gateway::{Acceptance, acceptance};
 use self::shared::host_routes;
 pub use self::shared::{
-    ROUTE_PREFIX, RouteKind, describe, owner_reference, route_name, upstream_route,
+    ROUTE_PREFIX, RouteKind, describe, owner_reference, route_name, status_addresses,
+    upstream_route,
 };
 use crate::api::{
     ControlPlaneIngress,

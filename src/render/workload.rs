@@ -22,18 +22,20 @@ use kube::api::DynamicObject;
 
 pub use ccm::*;
 pub use proxy::{
-    ADMIN_PORT, CONFIG_DIR, CONFIG_FILE, PROXY_COMMAND, RESTART_HASH_ANNOTATION, TLS_DIR,
-    proxy_capabilities, proxy_config, proxy_port,
+    ADMIN_PORT, CONFIG_DIR, CONFIG_FILE, PROXY_COMMAND, RESTART_HASH_ANNOTATION,
+    SERVICE_STEERING_ADMIN_PORT, TLS_DIR, admin_port, proxy_capabilities, proxy_config, proxy_port,
+    service_handover_patch,
 };
 pub use shared::dynamic;
 pub use shared::{
     DEFAULT_CLUSTER_DOMAIN, DEFAULT_IMAGE, DEFAULT_SERVICE_IP, ENDPOINT_SLICE_MANAGER, NAME,
-    NAME_LABEL, NAMESPACE, ProxyTls, SKIP_MIRROR_LABEL, WorkloadError, WorkloadInputs, own_labels,
-    proxy_spec, selector_labels,
+    NAME_LABEL, NAMESPACE, ProxyTls, SERVICE_STEERING_NAMESPACE, SKIP_MIRROR_LABEL, WorkloadError,
+    WorkloadInputs, own_labels, proxy_namespace, proxy_spec, selector_labels,
 };
 pub use steering::{
-    RECORD_KEY, RECORD_NAME, Restore, ServiceFields, SteeringRecord, parse_record, record,
-    record_config_map, restore,
+    FINISH_WITHOUT_RESTORE_ANNOTATION, Live, RECORD_KEY, RECORD_NAME, Restore, ServiceFields,
+    SteeringRecord, bare_endpoints, parse_record, points_at_proxy, record, record_config_map,
+    restore, service_release_for_switch,
 };
 pub use takeover::{
     K0S_STACK_LABEL, K0SMOTRON_STOP_PATCH, ServiceRelease, pending, service_release,
@@ -85,6 +87,13 @@ impl ProxyObjects {
     /// that mount them, steering last), as dynamic objects for printing.
     pub fn to_dynamic(&self) -> Result<Vec<DynamicObject>, WorkloadError> {
         let mut out = self.proxy_to_dynamic()?;
+        out.extend(self.steering_to_dynamic()?);
+        Ok(out)
+    }
+
+    /// The steering objects alone, in apply order.
+    pub fn steering_to_dynamic(&self) -> Result<Vec<DynamicObject>, WorkloadError> {
+        let mut out = Vec::new();
         match &self.steering {
             SteeringObjects::AdvertiseAddress {
                 endpoints,

@@ -760,3 +760,134 @@ impl Drop for Scratch {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// The `steering` check looks past the Service's fields to its endpoints:
+/// with service steering and the proxy pods in `kube-system` (where
+/// hcp-ingress used to install them) the Service's fields are all as wanted
+/// but it selects nothing, which the doctor must fail; with the pods in
+/// `default`, next to the Service, kube-controller-manager makes them its
+/// endpoints and the check passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_fails_a_service_selector_that_reaches_no_proxy_pod() {
+    use hcp_ingress::render::workload::{own_labels, selector_labels};
+    use k8s_openapi::api::core::v1::{Pod, Service};
+
+    let m = management(&[]).await;
+    let w = Server::start_real(realkube::Options {
+        name: "doctor-steering".into(),
+        controller_manager: true,
+        endpoint_reconciler: "none".into(),
+        ..realkube::Options::default()
+    })
+    .await;
+    let wc = w.client();
+    w.real().add_node("node-0").await.unwrap();
+    connect(&m, &w).await;
+    apply_value(
+        &m.client,
+        json!({"apiVersion": "hcp-ingress.dev/v1alpha1", "kind": "ControlPlaneIngress",
+            "metadata": {"name": CLUSTER, "namespace": NS},
+            "spec": {"clusterName": CLUSTER,
+                     "ingress": {"apiHost": HOST, "className": "haproxy"},
+                     "backend": {"serviceName": "kmc-wl", "apiPort": 30443},
+                     "proxy": {"steering": "service"}}}),
+    )
+    .await;
+    // Service steering as the controller writes it.
+    Api::<Service>::namespaced(wc.clone(), "default")
+        .patch(
+            "kubernetes",
+            &PatchParams::apply("hcp-ingress").force(),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "kubernetes", "namespace": "default"},
+                "spec": {"selector": selector_labels(), "internalTrafficPolicy": "Local",
+                         "publishNotReadyAddresses": true}})),
+        )
+        .await
+        .unwrap();
+    // A running, ready proxy pod in `namespace`, as the DaemonSet and the
+    // kubelet would leave it.
+    let proxy_pod = async |namespace: &str| {
+        let pods: Api<Pod> = Api::namespaced(wc.clone(), namespace);
+        let name = "hcp-ingress-proxy-x7k2p";
+        pods.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name, "labels": own_labels()},
+                "spec": {"nodeName": "node-0", "hostNetwork": true,
+                         "containers": [{"name": "proxy", "image": "registry.example/hcp-ingress:v1"}]}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+        pods.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Running", "podIP": "10.0.0.7",
+                "podIPs": [{"ip": "10.0.0.7"}], "hostIP": "10.0.0.7",
+                "conditions": [{"type": "Ready", "status": "True"}]}})),
+        )
+        .await
+        .unwrap();
+    };
+    let steering = async || {
+        let (_, report) = doctor::diagnose(
+            &m.client,
+            &Options {
+                target: Target::Cluster {
+                    namespace: None,
+                    cluster: CLUSTER.into(),
+                },
+                // Nothing answers there: only the workload rows matter here.
+                resolver: Resolver::Server("127.0.0.1:9".parse().unwrap()),
+                ingress_address: Vec::new(),
+                workload_kubeconfig: None,
+                timeout: Duration::from_secs(1),
+            },
+        )
+        .await
+        .unwrap();
+        report.into_iter().find(|c| c.name == "steering").unwrap()
+    };
+    let slices: Api<EndpointSlice> = Api::namespaced(wc.clone(), "default");
+    let selected = async || {
+        slices
+            .list(&kube::api::ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|s| s.endpoints.len())
+            .sum::<usize>()
+    };
+
+    // Today's service-steered cluster: the pod in kube-system, selected by nothing.
+    proxy_pod("kube-system").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        selected().await,
+        0,
+        "a Service selects its own namespace only"
+    );
+    let check = steering().await;
+    assert_eq!(check.verdict, Verdict::Fail, "{check:?}");
+    assert!(
+        check.detail.contains("hold no ready node proxy endpoint")
+            && check.detail.contains("must run in default"),
+        "{}",
+        check.detail
+    );
+
+    // The fixed one: the pod next to the Service.
+    proxy_pod("default").await;
+    eventually("the proxy pod selected", || async {
+        (selected().await > 0).then_some(())
+    })
+    .await;
+    let check = steering().await;
+    assert_eq!(check.verdict, Verdict::Pass, "{check:?}");
+    assert!(
+        check.detail.contains("1 ready proxy endpoint"),
+        "{}",
+        check.detail
+    );
+}

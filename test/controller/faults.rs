@@ -379,10 +379,26 @@ impl Process {
     }
 }
 
-/// Ready=True at the current generation: the condition's (ok, summary).
+/// Ready=True at the current generation. No Gateway controller runs here:
+/// a TLSRoute is done once applied and waiting for one (RouteReady Unknown
+/// AwaitingGateway), every other condition True (Paused: False).
 fn converged(cpi: &ControlPlaneIngress) -> bool {
-    condition(cpi, "Ready").is_some_and(|(status, ..)| status == "True")
-        && cpi.status.as_ref().and_then(|s| s.observed_generation) == cpi.metadata.generation
+    let current =
+        cpi.status.as_ref().and_then(|s| s.observed_generation) == cpi.metadata.generation;
+    let conditions = cpi
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let ready = condition(cpi, "Ready").is_some_and(|(status, ..)| status == "True");
+    let awaiting_gateway = !conditions.is_empty()
+        && conditions
+            .iter()
+            .filter(|c| c.type_ != "Ready" && c.type_ != "Paused")
+            .all(|c| {
+                c.status == "True" || (c.type_ == "RouteReady" && c.reason == "AwaitingGateway")
+            });
+    current && (ready || awaiting_gateway)
 }
 
 /// Names of the objects of `resource` in `namespace`.

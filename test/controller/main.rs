@@ -7,6 +7,7 @@ mod faults;
 mod harness;
 mod management;
 mod secrets;
+mod steering_path;
 mod takeover;
 mod upstreams;
 mod workload;

@@ -610,6 +610,7 @@ async fn a_controller_restarted_at_steady_state_makes_no_writes() {
         apply_value(&m.client, cluster).await;
         apply_value(&m.client, cpi(name, json!({}), route)).await;
     }
+    gateway_accepts(&m.client, "s3").await;
     for name in ["s1", "s2", "s3"] {
         wait_condition(&m.client, name, "Ready", "True").await;
     }

@@ -29,7 +29,10 @@ use std::{
 
 use hcp_ingress::{
     pki::{self, CertificateAuthority, LeafSpec},
-    render::workload::{CONFIG_DIR, CONFIG_FILE, NAME, NAMESPACE, TLS_DIR, selector_labels},
+    render::workload::{
+        ADMIN_PORT, CONFIG_DIR, CONFIG_FILE, NAME, SERVICE_STEERING_ADMIN_PORT,
+        SERVICE_STEERING_NAMESPACE, TLS_DIR, selector_labels,
+    },
 };
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
@@ -47,18 +50,18 @@ use crate::{
     workload::{initialized_cluster, put_secret},
 };
 
-const API_HOST: &str = "api.tenant-01.example.com";
-const NODE: &str = "node-0";
-const SERVICE_IP: &str = "10.96.0.1";
+pub(crate) const API_HOST: &str = "api.tenant-01.example.com";
+pub(crate) const NODE: &str = "node-0";
+pub(crate) const SERVICE_IP: &str = "10.96.0.1";
 /// The ControlPlaneIngress derived from the K0smotronControlPlane example.
 const CPI: &str = "tenant-01-cp";
 /// How long a step of the take-over may take on a loaded 2-core machine.
-const WITHIN: Duration = Duration::from_secs(120);
+pub(crate) const WITHIN: Duration = Duration::from_secs(120);
 /// k0smotron's stack, as the k0s applier labels it.
 const STACK: &str = "kmc-tenant-01-ingress";
 
 /// Names of this test run's network objects: unique per process.
-fn id() -> String {
+pub(crate) fn id() -> String {
     static SEQ: AtomicU32 = AtomicU32::new(0);
     format!(
         "{}{}",
@@ -67,14 +70,14 @@ fn id() -> String {
     )
 }
 
-fn sbin_path() -> String {
+pub(crate) fn sbin_path() -> String {
     format!(
         "{}:/usr/sbin:/sbin",
         std::env::var("PATH").unwrap_or_default()
     )
 }
 
-fn run(args: &[&str]) {
+pub(crate) fn run(args: &[&str]) {
     let out = Command::new(args[0])
         .args(&args[1..])
         .env("PATH", sbin_path())
@@ -89,19 +92,19 @@ fn run(args: &[&str]) {
 
 /// One node: a network namespace joined to the host by a veth pair. The
 /// host side carries the shared ingress.
-struct Node {
+pub(crate) struct Node {
     ns: String,
     host_link: String,
     /// The node's address (its InternalIP).
-    address: String,
+    pub(crate) address: String,
     /// The shared ingress's address, on the host side.
-    ingress: String,
-    dir: PathBuf,
-    processes: Vec<(String, Child)>,
+    pub(crate) ingress: String,
+    pub(crate) dir: PathBuf,
+    pub(crate) processes: Vec<(String, Child)>,
 }
 
 impl Node {
-    fn new() -> Node {
+    pub(crate) fn new() -> Node {
         let id = id();
         let ns = format!("hcpto{id}");
         let (host_link, node_link) = (format!("hto{id}h"), format!("hto{id}n"));
@@ -159,7 +162,7 @@ impl Node {
     }
 
     /// `args` run in the node's namespace (or on the host), with sbin on PATH.
-    fn command(&self, in_node: bool, args: &[&str]) -> Command {
+    pub(crate) fn command(&self, in_node: bool, args: &[&str]) -> Command {
         let mut c = if in_node {
             let mut c = Command::new("ip");
             c.args(["netns", "exec", &self.ns]).args(args);
@@ -174,7 +177,7 @@ impl Node {
     }
 
     /// Start `args` in the node's namespace (or on the host), logging to a file.
-    fn spawn(&mut self, name: &str, in_node: bool, args: &[&str]) {
+    pub(crate) fn spawn(&mut self, name: &str, in_node: bool, args: &[&str]) {
         let log = fs::File::create(self.dir.join(format!("{name}.log"))).unwrap();
         let child = self
             .command(in_node, args)
@@ -186,7 +189,7 @@ impl Node {
         self.processes.push((name.to_string(), child));
     }
 
-    fn stop(&mut self, name: &str) {
+    pub(crate) fn stop(&mut self, name: &str) {
         if let Some(i) = self.processes.iter().position(|(n, _)| n == name) {
             let (_, mut child) = self.processes.remove(i);
             let _ = child.kill();
@@ -194,12 +197,12 @@ impl Node {
         }
     }
 
-    fn log(&self, name: &str) -> String {
+    pub(crate) fn log(&self, name: &str) -> String {
         fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default()
     }
 
     /// `curl` inside the node: the proxy's admin port is node-local.
-    fn curl(&self, url: &str) -> Option<String> {
+    pub(crate) fn curl(&self, url: &str) -> Option<String> {
         let out = self
             .command(true, &["curl", "-sf", "--max-time", "2", url])
             .output()
@@ -241,7 +244,51 @@ impl Drop for Node {
 }
 
 /// Sum of every sample of `metric` in a Prometheus text exposition.
-fn metric_sum(text: &str, metric: &str) -> f64 {
+/// The data-path tests' tools on this machine, or a failure that says how
+/// to install them.
+pub(crate) fn require_data_path_tools() {
+    let missing: Vec<&str> = ["haproxy", "iptables", "curl", "python3"]
+        .into_iter()
+        .filter(|b| {
+            !Command::new("sh")
+                .args(["-c", &format!("command -v {b}")])
+                .env("PATH", sbin_path())
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the data-path test needs {missing:?} (apt-get install -y haproxy iptables curl python3)"
+    );
+}
+
+/// kube-proxy in iptables mode on the node, as a kubelet's node runs it,
+/// re-syncing every second so a steering change reaches the rules at once.
+pub(crate) fn spawn_kube_proxy(n: &mut Node, kubeconfig: &Path) {
+    let kube_proxy = realkube::bin_dir().join("kube-proxy");
+    n.spawn(
+        "kube-proxy",
+        true,
+        &[
+            kube_proxy.to_str().unwrap(),
+            &format!("--kubeconfig={}", kubeconfig.display()),
+            &format!("--hostname-override={NODE}"),
+            "--proxy-mode=iptables",
+            "--conntrack-max-per-core=0",
+            "--conntrack-tcp-timeout-established=0s",
+            "--conntrack-tcp-timeout-close-wait=0s",
+            "--metrics-bind-address=127.0.0.1:10249",
+            "--healthz-bind-address=127.0.0.1:10256",
+            "--iptables-sync-period=1s",
+            "--iptables-min-sync-period=0s",
+            "--v=1",
+        ],
+    );
+}
+
+pub(crate) fn metric_sum(text: &str, metric: &str) -> f64 {
     text.lines()
         .filter(|l| {
             l.strip_prefix(metric)
@@ -265,7 +312,7 @@ fn haproxy_config(dir: &Path) -> String {
 }
 
 /// The shared ingress: SNI routing, TLS passed through to the tenant API server.
-fn ingress_config(listen: &str, apiserver: &str) -> String {
+pub(crate) fn ingress_config(listen: &str, apiserver: &str) -> String {
     format!(
         "global\n  maxconn 1000\n\
          defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 5m\n  timeout server 5m\n\
@@ -277,7 +324,7 @@ fn ingress_config(listen: &str, apiserver: &str) -> String {
 /// A pod calling the API as client-go does: a new connection to the Service
 /// IP (no SNI), the serving certificate verified against the cluster CA, a
 /// bearer token. One line per call: `ok` or `fail <why>`.
-const POD_CLIENT: &str = r#"
+pub(crate) const POD_CLIENT: &str = r#"
 import socket, ssl, sys, time
 ca, token, ip = sys.argv[1], sys.argv[2], sys.argv[3]
 ctx = ssl.create_default_context(cafile=ca)
@@ -308,7 +355,7 @@ while True:
 
 /// The pod's calls so far: (answered, failures since the first answer; the
 /// path is up only once HAProxy and kube-proxy are).
-fn calls(node: &Node) -> (usize, Vec<String>) {
+pub(crate) fn calls(node: &Node) -> (usize, Vec<String>) {
     let log = node.log("pod");
     let ok = log.lines().filter(|l| *l == "ok").count();
     let failed = log
@@ -323,14 +370,14 @@ fn calls(node: &Node) -> (usize, Vec<String>) {
 /// The kubelet of the one node: binds the DaemonSets' pods to it, starts
 /// their processes, reports them Ready once they answer, and removes them
 /// when deleted.
-struct Kubelet {
-    client: Client,
-    node: Arc<Mutex<Node>>,
+pub(crate) struct Kubelet {
+    pub(crate) client: Client,
+    pub(crate) node: Arc<Mutex<Node>>,
     /// Pod uid -> process name.
-    running: BTreeMap<String, String>,
+    pub(crate) running: BTreeMap<String, String>,
     /// Pod uid -> when it was first seen on the node: its process starts
     /// [`IMAGE_PULL`] later, as a kubelet pulls an image first.
-    seen: BTreeMap<String, tokio::time::Instant>,
+    pub(crate) seen: BTreeMap<String, tokio::time::Instant>,
 }
 
 /// How long the kubelet takes to start a pod's process: long enough that a
@@ -338,7 +385,7 @@ struct Kubelet {
 const IMAGE_PULL: Duration = Duration::from_secs(3);
 
 impl Kubelet {
-    async fn sync(&mut self) {
+    pub(crate) async fn sync(&mut self) {
         let pods: Api<Pod> = Api::all(self.client.clone());
         let Ok(list) = pods.list(&ListParams::default()).await else {
             return;
@@ -386,7 +433,7 @@ impl Kubelet {
                     .iter()
                     .all(|(k, v)| labels.get(k) == Some(v))
                 {
-                    self.start_proxy(&uid).await
+                    self.start_proxy(&uid, &ns).await
                 } else {
                     None
                 };
@@ -402,7 +449,14 @@ impl Kubelet {
                 if process.starts_with("haproxy") {
                     node.listening(&node.address, 7443)
                 } else {
-                    node.curl("http://127.0.0.1:9445/readyz").is_some()
+                    // Each steering mode's proxy has its own admin port.
+                    let port = if ns == SERVICE_STEERING_NAMESPACE {
+                        SERVICE_STEERING_ADMIN_PORT
+                    } else {
+                        ADMIN_PORT
+                    };
+                    node.curl(&format!("http://127.0.0.1:{port}/readyz"))
+                        .is_some()
                 }
             };
             let was_ready = pod
@@ -437,11 +491,11 @@ impl Kubelet {
         Some(name)
     }
 
-    /// Our proxy, from the ConfigMap and Secret the controller wrote, mounted
-    /// under the node's directory.
-    async fn start_proxy(&mut self, uid: &str) -> Option<String> {
-        let config: Api<ConfigMap> = Api::namespaced(self.client.clone(), NAMESPACE);
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), NAMESPACE);
+    /// Our proxy, from the ConfigMap and Secret the controller wrote next
+    /// to its pod, mounted under the node's directory.
+    async fn start_proxy(&mut self, uid: &str, namespace: &str) -> Option<String> {
+        let config: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
         let config = config.get_opt(NAME).await.ok()??;
         let secret = secrets.get_opt(NAME).await.ok()??;
         let mut node = self.node.lock().unwrap();
@@ -478,7 +532,7 @@ fn rfc3339_now() -> String {
 }
 
 /// Poll until `check` holds, failing with `what` and the node's logs after `secs`.
-async fn until(
+pub(crate) async fn until(
     node: &Arc<Mutex<Node>>,
     secs: u64,
     what: &str,
@@ -499,28 +553,14 @@ async fn until(
     }
 }
 
-fn tail(text: &str, lines: usize) -> String {
+pub(crate) fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn taking_the_node_proxy_over_from_k0smotron_keeps_pods_on_the_api() {
-    let missing: Vec<&str> = ["haproxy", "iptables", "curl", "python3"]
-        .into_iter()
-        .filter(|b| {
-            !Command::new("sh")
-                .args(["-c", &format!("command -v {b}")])
-                .env("PATH", sbin_path())
-                .stdout(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        })
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "the data-path test needs {missing:?} (apt-get install -y haproxy iptables curl python3)"
-    );
+    require_data_path_tools();
     let node = Arc::new(Mutex::new(Node::new()));
     let (address, ingress, dir) = {
         let n = node.lock().unwrap();
@@ -586,25 +626,7 @@ async fn taking_the_node_proxy_over_from_k0smotron_keeps_pods_on_the_api() {
             false,
             &["haproxy", "-db", "-f", ingress_cfg.to_str().unwrap()],
         );
-        let kube_proxy = realkube::bin_dir().join("kube-proxy");
-        n.spawn(
-            "kube-proxy",
-            true,
-            &[
-                kube_proxy.to_str().unwrap(),
-                &format!("--kubeconfig={}", kubeconfig.display()),
-                &format!("--hostname-override={NODE}"),
-                "--proxy-mode=iptables",
-                "--conntrack-max-per-core=0",
-                "--conntrack-tcp-timeout-established=0s",
-                "--conntrack-tcp-timeout-close-wait=0s",
-                "--metrics-bind-address=127.0.0.1:10249",
-                "--healthz-bind-address=127.0.0.1:10256",
-                "--iptables-sync-period=1s",
-                "--iptables-min-sync-period=0s",
-                "--v=1",
-            ],
-        );
+        spawn_kube_proxy(&mut n, &kubeconfig);
     }
 
     // What k0s applies from k0smotron's stack: the HAProxy DaemonSet and its

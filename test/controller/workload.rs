@@ -863,6 +863,14 @@ async fn opting_out_gives_kubernetes_back_and_removes_the_proxy() {
     let mut off = cpi(json!({}));
     off["spec"]["proxy"]["enabled"] = json!(false);
     apply_value(&m.client, off).await;
+    // Given back first; the proxy goes in a later pass.
+    wait_reason(
+        &m.client,
+        CLUSTER,
+        ("ProxyReady", "True", "ProxyDisabled"),
+        Duration::from_secs(60),
+    )
+    .await;
     let (reason, message) = wait_condition(&m.client, CLUSTER, "EndpointsSteered", "True").await;
     assert_eq!(reason, "Restored", "{message}");
     assert!(message.contains("back at 10.0.0.5:6443"), "{message}");
@@ -886,15 +894,25 @@ async fn a_steering_switch_is_our_own_change_not_tampering() {
     wait_condition(&m.client, CLUSTER, "EndpointsSteered", "True").await;
 
     apply_value(&m.client, cpi(json!({"steering": "service"}))).await;
-    let (reason, message) = wait_condition(&m.client, CLUSTER, "EndpointsSteered", "True").await;
-    assert_eq!(reason, "ServiceSelector", "{message}");
-    // What advertise-address steering took is given back before the Service selects the proxy.
-    assert_eq!(
-        kubernetes_addresses(&wc).await,
-        (
-            vec!["10.0.0.5:6443".to_string()],
-            vec!["10.0.0.5:6443".to_string()]
-        )
+    let message = wait_reason(
+        &m.client,
+        CLUSTER,
+        ("EndpointsSteered", "True", "ServiceSelector"),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(
+        message.contains("switched from advertise-address"),
+        "{message}"
+    );
+    // A hand-over, not a give-back: the recorded addresses stay in the
+    // record (they are for leaving hcp-ingress); the advertise address is
+    // released once the Service selects the proxy pods, which run next to it.
+    let (endpoints, slice) = kubernetes_addresses(&wc).await;
+    assert!(slice.is_empty(), "our EndpointSlice is gone: {slice:?}");
+    assert!(
+        !endpoints.contains(&"240.0.0.1:443".to_string()),
+        "{endpoints:?}"
     );
     assert!(
         services
@@ -906,10 +924,25 @@ async fn a_steering_switch_is_our_own_change_not_tampering() {
             .selector
             .is_some()
     );
+    assert!(exists::<DaemonSet>((wc.clone(), "default", "hcp-ingress-proxy")).await);
+    eventually(
+        "the advertise-address proxy removed after the switch",
+        || async {
+            (!exists::<DaemonSet>((wc.clone(), "kube-system", "hcp-ingress-proxy")).await)
+                .then_some(())
+        },
+    )
+    .await;
 
     apply_value(&m.client, cpi(json!({}))).await;
-    let (reason, message) = wait_condition(&m.client, CLUSTER, "EndpointsSteered", "True").await;
-    assert_eq!(reason, "AdvertiseAddress", "{message}");
+    let message = wait_reason(
+        &m.client,
+        CLUSTER,
+        ("EndpointsSteered", "True", "AdvertiseAddress"),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(message.contains("switched from service"), "{message}");
     assert_eq!(
         services
             .get("kubernetes")
@@ -924,6 +957,13 @@ async fn a_steering_switch_is_our_own_change_not_tampering() {
         kubernetes_addresses(&wc).await.0,
         vec!["240.0.0.1:443".to_string()]
     );
+    eventually(
+        "the service-steering proxy removed after the switch",
+        || async {
+            (!exists::<DaemonSet>((wc.clone(), "default", "hcp-ingress-proxy")).await).then_some(())
+        },
+    )
+    .await;
     // Never reported as someone else's doing, at any point.
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(m.client.clone(), NS);
     let tampering: Vec<String> = events
@@ -977,6 +1017,30 @@ async fn with_nothing_to_give_back_the_proxy_stays_and_the_deletion_waits() {
         cpis(&m.client).get_opt(CLUSTER).await.unwrap().is_some(),
         "the deletion waits"
     );
+    // The advice, followed literally: the opt-in annotation on the object
+    // being deleted finishes the deletion.
+    let annotation = "hcp-ingress.dev/finish-without-restore";
+    assert!(message.contains(&format!("{annotation}=true")), "{message}");
+    cpis(&m.client)
+        .patch(
+            CLUSTER,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {annotation: "true"}}})),
+        )
+        .await
+        .unwrap();
+    eventually("the deletion finishes", || async {
+        cpis(&m.client)
+            .get_opt(CLUSTER)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    // Nothing of ours outlives the proxy: the steering went with it.
+    assert_eq!(kubernetes_addresses(&wc).await, (vec![], vec![]));
+    assert!(!exists::<DaemonSet>((wc.clone(), "kube-system", "hcp-ingress-proxy")).await);
     running.stop().await;
 }
 
@@ -1238,5 +1302,123 @@ async fn a_well_known_ccm_is_found_as_a_deployment_or_a_daemon_set() {
             && e.value.as_deref() == Some("api.wl.example.com")),
         "{env:?}"
     );
+    running.stop().await;
+}
+
+/// A switch that fails is a steering condition, not an unreachable
+/// workload cluster: `EndpointsSteered=False SteeringSwitchFailed` with the
+/// error, the old mode still steering, the other conditions reported as
+/// usual; once the API accepts the writes again the switch completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_switch_is_reported_on_endpoints_steered_and_the_rest_stays() {
+    let m = management(&[]).await;
+    let w = workload_cluster_in_memory().await;
+    connect(&m, &w).await;
+    let running = m.start();
+    apply_value(&m.client, cpi(json!({}))).await;
+    wait_reason(
+        &m.client,
+        CLUSTER,
+        ("EndpointsSteered", "True", "AdvertiseAddress"),
+        Duration::from_secs(60),
+    )
+    .await;
+    // The Service refuses every write.
+    w.mem().fail_next(
+        10_000,
+        RequestMatch::new("apply", "/namespaces/default/services/kubernetes"),
+        500,
+    );
+    w.mem().fail_next(
+        10_000,
+        RequestMatch::new("patch", "/namespaces/default/services/kubernetes"),
+        500,
+    );
+    apply_value(&m.client, cpi(json!({"steering": "service"}))).await;
+    let message = wait_reason(
+        &m.client,
+        CLUSTER,
+        ("EndpointsSteered", "False", "SteeringSwitchFailed"),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(
+        message.contains("AdvertiseAddress still steers"),
+        "{message}"
+    );
+    let cpi_now = cpis(&m.client).get(CLUSTER).await.unwrap();
+    for (type_, status) in [("WorkloadReachable", "True"), ("CCMConfigured", "True")] {
+        let (s, reason, message) = condition(&cpi_now, type_).unwrap_or_default();
+        assert_eq!(s, status, "{type_} {reason}: {message}");
+    }
+    assert!(condition(&cpi_now, "ProxyReady").is_some());
+    assert_eq!(
+        kubernetes_addresses(&w.client()).await.0,
+        vec!["240.0.0.1:443".to_string()],
+        "the old mode still steers"
+    );
+
+    w.mem().clear_faults();
+    wait_reason(
+        &m.client,
+        CLUSTER,
+        ("EndpointsSteered", "True", "ServiceSelector"),
+        Duration::from_secs(60),
+    )
+    .await;
+    running.stop().await;
+}
+
+/// A cluster service-steered by a release that ran the proxy in
+/// `kube-system` (where the `kubernetes` Service selects nothing): the proxy
+/// now runs in `default`, next to the Service, and the old one goes, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_steering_moves_a_proxy_left_in_kube_system_next_to_the_service() {
+    let m = management(&[]).await;
+    let w = workload_cluster().await;
+    let wc = w.client();
+    // What that release left: its record (no word of where the proxy runs)
+    // and its DaemonSet in kube-system.
+    let record = json!({"applied": "service", "service": {"internalTrafficPolicy": "Cluster"},
+        "endpoints": {"labels": {"endpointslice.kubernetes.io/skip-mirror": "true"},
+            "subsets": [{"addresses": [{"ip": "10.0.0.5"}], "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]}]}});
+    let own = json!({"app.kubernetes.io/managed-by": "hcp-ingress", "app.kubernetes.io/name": "hcp-ingress-proxy"});
+    Api::<ConfigMap>::namespaced(wc.clone(), "kube-system")
+        .patch(
+            "hcp-ingress-steering",
+            &PatchParams::apply("hcp-ingress").force(),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "hcp-ingress-steering", "namespace": "kube-system", "labels": own},
+                "data": {"record.json": record.to_string()}})),
+        )
+        .await
+        .unwrap();
+    Api::<DaemonSet>::namespaced(wc.clone(), "kube-system")
+        .patch(
+            "hcp-ingress-proxy",
+            &PatchParams::apply("hcp-ingress").force(),
+            &Patch::Apply(json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+                "metadata": {"name": "hcp-ingress-proxy", "namespace": "kube-system", "labels": own},
+                "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": "hcp-ingress-proxy"}},
+                    "template": {"metadata": {"labels": own},
+                        "spec": {"containers": [{"name": "proxy", "image": "registry.example/hcp-ingress:old"}]}}}})),
+        )
+        .await
+        .unwrap();
+    connect(&m, &w).await;
+    let running = m.start();
+    apply_value(&m.client, cpi(json!({"steering": "service"}))).await;
+    wait_reason(
+        &m.client,
+        CLUSTER,
+        ("EndpointsSteered", "True", "ServiceSelector"),
+        Duration::from_secs(60),
+    )
+    .await;
+    eventually("the proxy in kube-system removed", || async {
+        (!exists::<DaemonSet>((wc.clone(), "kube-system", "hcp-ingress-proxy")).await).then_some(())
+    })
+    .await;
+    assert!(exists::<DaemonSet>((wc.clone(), "default", "hcp-ingress-proxy")).await);
     running.stop().await;
 }

@@ -248,6 +248,18 @@ impl Bed {
     /// Start the bed; `extra_crds` are the consumer's own CRD files (the
     /// kinds it watches beyond those hcp-ingress reads).
     pub async fn start(extra_crds: &[PathBuf]) -> Bed {
+        Bed::start_inner(extra_crds, false).await
+    }
+
+    /// Start the bed with `own_crds` in place of the files of
+    /// ../shared/schemas of the same name: a consumer at another release of
+    /// a kind hcp-ingress reads (k0smotron v1.10.9 serves v1beta1 only where
+    /// the shared schemas are v2's).
+    pub async fn start_with_own_crds(own_crds: &[PathBuf]) -> Bed {
+        Bed::start_inner(own_crds, true).await
+    }
+
+    async fn start_inner(extra_crds: &[PathBuf], replace_shared: bool) -> Bed {
         let slot = SLOTS.acquire().await.unwrap();
         let dir = Scratch(Some(
             tempfile::Builder::new()
@@ -276,7 +288,14 @@ impl Bed {
 
         // The consumer's CRDs first, then those hcp-ingress is checked
         // against (the same kinds at the same release where both have them).
-        for path in extra_crds.iter().cloned().chain(upstream_crds()) {
+        let replaced = |path: &PathBuf| {
+            replace_shared
+                && extra_crds
+                    .iter()
+                    .any(|own| own.file_name() == path.file_name())
+        };
+        let shared = upstream_crds().into_iter().filter(|p| !replaced(p));
+        for path in extra_crds.iter().cloned().chain(shared) {
             let text = std::fs::read_to_string(&path)
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             management

@@ -49,9 +49,21 @@ pub struct Process {
 
 impl Process {
     pub fn spawn(program: &Path, args: &[String], cwd: &Path, log: PathBuf) -> Process {
+        Process::spawn_with_env(program, args, &[], cwd, log)
+    }
+
+    /// [`Process::spawn`] with `env` added to the test's environment.
+    pub fn spawn_with_env(
+        program: &Path,
+        args: &[String],
+        env: &[(&str, &Path)],
+        cwd: &Path,
+        log: PathBuf,
+    ) -> Process {
         let file = std::fs::File::create(&log).unwrap();
         let child = Command::new(program)
             .args(args)
+            .envs(env.iter().copied())
             .current_dir(cwd)
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())

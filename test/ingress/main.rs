@@ -26,5 +26,7 @@
 mod bed;
 mod consumers;
 mod haproxy_ingress;
+mod k0smotron;
 mod tls;
 mod traefik;
+mod whole_path;

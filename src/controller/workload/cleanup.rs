@@ -10,13 +10,16 @@ use kube::{
 
 use super::{ccm::release_patched_workloads, steering};
 use crate::{
-    api::ControlPlaneIngress,
+    api::{ControlPlaneIngress, Steering},
     controller::{apply, context::Context},
     render::workload::{self, NAME, NAMESPACE},
 };
 
 /// What a removal did.
 pub enum Removal {
+    /// default/kubernetes was given back in this pass; the proxy goes in a
+    /// later one, once kube-proxy took the given-back endpoints in.
+    Restoring(String),
     /// default/kubernetes was given back and the proxy removed: what was done.
     Removed(String),
     /// Nothing safe could be given back: the proxy stays, and why.
@@ -37,11 +40,17 @@ pub async fn cleanup(ctx: &Context, cpi: &ControlPlaneIngress) -> Result<Removal
         }
         Err(u) => return Err(u.message),
     };
-    let restored = match steering::give_back(ctx, &client)
+    let spec = workload::proxy_spec(cpi);
+    let finish_anyway = cpi
+        .annotations()
+        .get(workload::FINISH_WITHOUT_RESTORE_ANNOTATION)
+        .is_some_and(|v| v == "true");
+    let restored = match steering::give_back(ctx, &client, &spec.advertise_address, finish_anyway)
         .await
         .map_err(|u| u.message)?
     {
-        Ok(summary) => summary,
+        Ok(steering::GiveBack::Done(summary)) => summary,
+        Ok(steering::GiveBack::JustNow(summary)) => return Ok(Removal::Restoring(summary)),
         Err(why) => {
             return Ok(Removal::Kept(format!(
                 "kept the node proxy, default/kubernetes still points at it: {why}"
@@ -55,32 +64,12 @@ pub async fn cleanup(ctx: &Context, cpi: &ControlPlaneIngress) -> Result<Removal
         .await
         .map_err(|u| u.message)?;
     let mut removed = Vec::new();
-    let config_map = || ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
-    // The steering record goes last: a removal cut short is resumed with it.
-    for (resource, kind, name) in [
-        (ApiResource::erase::<DaemonSet>(&()), "DaemonSet", NAME),
-        (ApiResource::erase::<Secret>(&()), "Secret", NAME),
-        (config_map(), "ConfigMap", NAME),
-        (config_map(), "ConfigMap", workload::RECORD_NAME),
-    ] {
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NAMESPACE, &resource);
-        let live = api
-            .get_opt(name)
-            .await
-            .map_err(|e| format!("failed to read {kind} {NAMESPACE}/{name}: {e}"))?;
-        // Only objects we created carry our labels.
-        if let Some(live) = live.filter(|o| {
-            o.labels()
-                .get(crate::api::MANAGED_BY_LABEL)
-                .map(String::as_str)
-                == Some(crate::api::MANAGER)
-        }) {
-            apply::delete(ctx, &api, &live)
-                .await
-                .map_err(|e| e.to_string())?;
-            removed.push(format!("{kind} {NAMESPACE}/{name}"));
-        }
+    for mode in [Steering::AdvertiseAddress, Steering::Service] {
+        removed.extend(remove_proxy_of(ctx, &client, mode).await?);
     }
+    // The steering record goes last: a removal cut short is resumed with it.
+    removed
+        .extend(remove_ours(ctx, &client, config_map(), NAMESPACE, workload::RECORD_NAME).await?);
     let list = |items: Vec<String>| {
         if items.is_empty() {
             "nothing".to_string()
@@ -93,4 +82,56 @@ pub async fn cleanup(ctx: &Context, cpi: &ControlPlaneIngress) -> Result<Removal
         list(released),
         list(removed)
     )))
+}
+
+fn config_map() -> ApiResource {
+    ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&())
+}
+
+/// Remove the proxy of a steering mode (its DaemonSet, Secret and
+/// ConfigMap, in its namespace), where they are ours: after a switch, and
+/// at removal. Returns what was removed.
+pub(super) async fn remove_proxy_of(
+    ctx: &Context,
+    client: &kube::Client,
+    mode: Steering,
+) -> Result<Vec<String>, String> {
+    let namespace = workload::proxy_namespace(mode);
+    let mut removed = Vec::new();
+    for resource in [
+        ApiResource::erase::<DaemonSet>(&()),
+        ApiResource::erase::<Secret>(&()),
+        config_map(),
+    ] {
+        removed.extend(remove_ours(ctx, client, resource, namespace, NAME).await?);
+    }
+    Ok(removed)
+}
+
+/// Delete one object if it is ours (only objects we created carry our labels).
+async fn remove_ours(
+    ctx: &Context,
+    client: &kube::Client,
+    resource: ApiResource,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<String>, String> {
+    let kind = resource.kind.clone();
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    let live = api
+        .get_opt(name)
+        .await
+        .map_err(|e| format!("failed to read {kind} {namespace}/{name}: {e}"))?;
+    let Some(live) = live.filter(|o| {
+        o.labels()
+            .get(crate::api::MANAGED_BY_LABEL)
+            .map(String::as_str)
+            == Some(crate::api::MANAGER)
+    }) else {
+        return Ok(None);
+    };
+    apply::delete(ctx, &api, &live)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(Some(format!("{kind} {namespace}/{name}")))
 }

@@ -1,8 +1,11 @@
 //! Our objects in the workload cluster, one at a time: applying one, and
 //! the proxy DaemonSet's own report. Shared by the install and the take-over.
 
-use k8s_openapi::api::apps::v1::DaemonSet;
-use kube::{Api, Client, ResourceExt, api::DynamicObject};
+use k8s_openapi::api::{apps::v1::DaemonSet, core::v1::Node};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DynamicObject, ListParams},
+};
 
 use super::failure::{Unreachable, api_error, apply_failed, resource_of};
 use crate::{
@@ -11,18 +14,40 @@ use crate::{
         context::Context,
         status::{Desired, types},
     },
-    render::workload::{NAME, NAMESPACE},
+    render::workload::NAME,
 };
 
-/// The proxy DaemonSet's own report: ProxyReady, and its desired and ready nodes.
-pub(super) async fn proxy_ready(client: &Client) -> Result<(Desired, (i32, i32)), Unreachable> {
-    let daemon_sets: Api<DaemonSet> = Api::namespaced(client.clone(), NAMESPACE);
+/// Whether the workload cluster has any Node.
+pub(super) async fn any_node(client: &Client) -> Result<bool, Unreachable> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let list = nodes
+        .list_metadata(&ListParams::default().limit(1))
+        .await
+        .map_err(|e| api_error("list Nodes", e))?;
+    Ok(!list.items.is_empty())
+}
+
+/// The proxy DaemonSet's own report: ProxyReady, its desired and ready
+/// nodes, and whether it is rolled out (the DaemonSet controller saw the
+/// current template, and every scheduled node runs an updated, ready pod).
+pub(super) async fn proxy_ready(
+    client: &Client,
+    namespace: &str,
+) -> Result<(Desired, (i32, i32), bool), Unreachable> {
+    let daemon_sets: Api<DaemonSet> = Api::namespaced(client.clone(), namespace);
     let ds = daemon_sets
         .get_opt(NAME)
         .await
         .map_err(|e| api_error("read the proxy DaemonSet", e))?;
-    let (desired, ready) = ds
-        .and_then(|d| d.status)
+    let generation = ds.as_ref().and_then(|d| d.metadata.generation);
+    let status = ds.and_then(|d| d.status);
+    let rolled_out = status.as_ref().is_some_and(|s| {
+        s.observed_generation >= generation
+            && s.desired_number_scheduled > 0
+            && s.number_ready >= s.desired_number_scheduled
+            && s.updated_number_scheduled.unwrap_or(0) >= s.desired_number_scheduled
+    });
+    let (desired, ready) = status
         .map(|s| (s.desired_number_scheduled, s.number_ready))
         .unwrap_or((0, 0));
     let condition = if desired > 0 && ready == desired {
@@ -44,7 +69,7 @@ pub(super) async fn proxy_ready(client: &Client) -> Result<(Desired, (i32, i32))
             format!("{ready}/{desired} nodes run a ready proxy"),
         )
     };
-    Ok((condition, (desired, ready)))
+    Ok((condition, (desired, ready), rolled_out))
 }
 
 /// Apply one object; returns what was there before (what the write was decided on).

@@ -6,7 +6,7 @@
 //! traffic over. The provider's proxy is removed by the provider itself, once
 //! the user tells it to (the condition and the Event say how).
 
-use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use k8s_openapi::api::core::v1::Service;
 use kube::{
     Api, Client,
     api::{DynamicObject, Patch},
@@ -67,7 +67,7 @@ pub(super) async fn prepare(
     if release == ServiceRelease::default() {
         // Released in an earlier pass: our steering holds the Service now,
         // whatever the readiness of a node that joined since.
-        drop_abandoned_slices(ctx, client).await?;
+        steering::drop_abandoned_slices(ctx, client).await?;
         return Ok(Prepared::Steer {
             released_now: false,
         });
@@ -77,7 +77,7 @@ pub(super) async fn prepare(
     for object in objects.proxy_to_dynamic().map_err(render_failed)? {
         apply_object(ctx, client, object).await?;
     }
-    let (ready_condition, (desired, ready)) = proxy_ready(client).await?;
+    let (ready_condition, (desired, ready), _) = proxy_ready(client, workload::NAMESPACE).await?;
     if desired == 0 || ready < desired {
         let provider = upstream::rollout(client, theirs).await?;
         let theirs_state =
@@ -112,7 +112,7 @@ pub(super) async fn prepare(
         .map_err(apply_failed)?;
     }
     let Some(patch) = release.release else {
-        drop_abandoned_slices(ctx, client).await?;
+        steering::drop_abandoned_slices(ctx, client).await?;
         return Ok(Prepared::Steer {
             released_now: false,
         });
@@ -134,33 +134,8 @@ pub(super) async fn prepare(
     )
     .await
     .map_err(apply_failed)?;
-    drop_abandoned_slices(ctx, client).await?;
+    steering::drop_abandoned_slices(ctx, client).await?;
     Ok(Prepared::Steer { released_now: true })
-}
-
-/// The EndpointSlice controller leaves the slices it made for a selector
-/// that is gone (it skips selector-less Services): while they stay,
-/// kube-proxy still sends part of the traffic to the provider's proxy. They
-/// have no manager any more; a give-back of the selector makes it create them
-/// anew.
-async fn drop_abandoned_slices(ctx: &Context, client: &Client) -> Result<(), Unreachable> {
-    let slices: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        "default",
-        &kube::api::ApiResource::erase::<EndpointSlice>(&()),
-    );
-    let abandoned = slices
-        .list(&kube::api::ListParams::default().labels(
-            "kubernetes.io/service-name=kubernetes,endpointslice.kubernetes.io/managed-by=endpointslice-controller.k8s.io",
-        ))
-        .await
-        .map_err(|e| api_error("list EndpointSlices of Service default/kubernetes", e))?;
-    for slice in abandoned.items {
-        apply::delete(ctx, &slices, &slice)
-            .await
-            .map_err(apply_failed)?;
-    }
-    Ok(())
 }
 
 /// After our steering was applied: EndpointsSteered says whether the

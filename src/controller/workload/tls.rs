@@ -12,7 +12,7 @@ use crate::{
     api::ControlPlaneIngress,
     controller::{context::Context, redact},
     pki::{self, CertificateAuthority, Renewal},
-    render::workload::{self, NAME, NAMESPACE, ProxyTls, WorkloadInputs},
+    render::workload::{self, NAME, ProxyTls, WorkloadInputs},
 };
 
 /// The cluster CA from Secret `<cluster>-ca` in the management cluster.
@@ -55,7 +55,8 @@ pub(super) async fn proxy_certificate(
     let Some(leaf_spec) = workload::proxy_leaf_spec(cpi, inputs, SystemTime::now()) else {
         return Ok(None);
     };
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let namespace = workload::proxy_namespace(workload::proxy_spec(cpi).steering);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let live = secrets
         .get_opt(NAME)
         .await

@@ -6,6 +6,7 @@ use std::{net::IpAddr, time::SystemTime};
 use kube::{ResourceExt, api::DynamicObject};
 
 use super::verdict::*;
+pub use crate::render::status_addresses;
 use crate::{
     api::ControlPlaneIngress,
     controller::probe::{Handshake, ProbeFailure},
@@ -21,35 +22,6 @@ pub struct IngressAddress {
     pub source: String,
     /// IP addresses or host names.
     pub addresses: Vec<String>,
-}
-
-/// The addresses a route's status reports for the shared ingress: Ingress
-/// `status.loadBalancer.ingress[].ip/hostname`; a Gateway's
-/// `status.addresses[].value` (the TLSRoute itself reports none).
-pub fn status_addresses(object: &DynamicObject) -> Vec<String> {
-    let status = object.data.get("status");
-    let from_ingress = status
-        .and_then(|s| s.pointer("/loadBalancer/ingress"))
-        .and_then(|v| v.as_array())
-        .into_iter()
-        .flatten()
-        .filter_map(|entry| {
-            entry
-                .get("ip")
-                .or_else(|| entry.get("hostname"))
-                .and_then(|v| v.as_str())
-        });
-    let from_gateway = status
-        .and_then(|s| s.get("addresses"))
-        .and_then(|v| v.as_array())
-        .into_iter()
-        .flatten()
-        .filter_map(|entry| entry.get("value").and_then(|v| v.as_str()));
-    from_ingress
-        .chain(from_gateway)
-        .filter(|a| !a.is_empty())
-        .map(str::to_string)
-        .collect()
 }
 
 /// The shared ingress's address is a host name (a cloud load balancer's)

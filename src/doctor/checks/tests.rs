@@ -556,3 +556,48 @@ fn table_and_exit_code() {
     let failed = [Check::new("steering", Verdict::Fail, "x")];
     assert_eq!(exit_code(&failed), 1);
 }
+
+#[test]
+fn a_steering_whose_endpoint_slices_hold_no_proxy_fails() {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let passed = || Check::new("steering", Verdict::Pass, "fields as wanted");
+    let slice = |endpoints: serde_json::Value| -> EndpointSlice {
+        serde_json::from_value(
+            json!({"metadata": {"name": "kubernetes-x", "namespace": "default"},
+            "addressType": "IPv4", "endpoints": endpoints}),
+        )
+        .unwrap()
+    };
+    let service = cpi(json!({"spec": {"proxy": {"steering": "service"}}}));
+    // The selector is right but the proxy pods run elsewhere: no endpoint.
+    let empty = steering_reaches_proxy(&service, passed(), &[slice(json!([]))]);
+    assert_eq!(empty.verdict, Verdict::Fail, "{empty:?}");
+    assert!(
+        empty.detail.contains("must run in default"),
+        "{}",
+        empty.detail
+    );
+    let selected = slice(
+        json!([{"addresses": ["10.0.0.7"], "conditions": {"ready": true}, "nodeName": "n1",
+        "targetRef": {"kind": "Pod", "namespace": "default", "name": "hcp-ingress-proxy-x7k2p"}}]),
+    );
+    let check = steering_reaches_proxy(&service, passed(), &[selected]);
+    assert_eq!(check.verdict, Verdict::Pass, "{check:?}");
+
+    let advertise = cpi(json!({}));
+    let ours = slice(json!([{"addresses": ["240.0.0.1"], "conditions": {"ready": true}}]));
+    let theirs = slice(json!([{"addresses": ["10.0.0.5"], "conditions": {"ready": true}}]));
+    assert_eq!(
+        steering_reaches_proxy(&advertise, passed(), std::slice::from_ref(&ours)).verdict,
+        Verdict::Pass
+    );
+    let split = steering_reaches_proxy(&advertise, passed(), &[ours, theirs]);
+    assert_eq!(split.verdict, Verdict::Fail);
+    assert!(split.detail.contains("10.0.0.5"), "{}", split.detail);
+    // A failed field check stays as it is.
+    let failed = Check::new("steering", Verdict::Fail, "x");
+    assert_eq!(
+        steering_reaches_proxy(&advertise, failed.clone(), &[]),
+        failed
+    );
+}

@@ -11,7 +11,7 @@ use kube::api::DynamicObject;
 use super::verdict::*;
 use crate::{
     api::{ControlPlaneIngress, Steering},
-    render::workload::{self, NAME, NAMESPACE, OverrideTarget, SteeringObjects},
+    render::workload::{self, NAME, OverrideTarget, SteeringObjects},
 };
 
 /// The `default/kubernetes` steering: as the controller would write it
@@ -78,10 +78,91 @@ pub fn steering(
     }
 }
 
+/// Whether the `kubernetes` Service's EndpointSlices (`slices`, every slice
+/// labelled with its name) really hold the proxy: a Service's fields can be
+/// right while no endpoint reaches the proxy (a selector in the wrong
+/// namespace, a slice that still names someone else). Applies to a passed
+/// `steering` check only; anything else is returned as it is.
+pub fn steering_reaches_proxy(
+    cpi: &ControlPlaneIngress,
+    steering: Check,
+    slices: &[EndpointSlice],
+) -> Check {
+    if steering.verdict != Verdict::Pass {
+        return steering;
+    }
+    let spec = workload::proxy_spec(cpi);
+    let endpoints: Vec<_> = slices
+        .iter()
+        .flat_map(|s| s.endpoints.iter())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+        .collect();
+    let namespace = workload::proxy_namespace(spec.steering);
+    let is_proxy = |e: &k8s_openapi::api::discovery::v1::Endpoint| match spec.steering {
+        Steering::AdvertiseAddress => e.addresses.contains(&spec.advertise_address),
+        Steering::Service => e.target_ref.as_ref().is_some_and(|r| {
+            r.kind.as_deref() == Some("Pod")
+                && r.namespace.as_deref() == Some(namespace)
+                && r.name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with(&format!("{NAME}-")))
+        }),
+    };
+    let proxy = endpoints.iter().filter(|e| is_proxy(e)).count();
+    let others: Vec<String> = endpoints
+        .iter()
+        .filter(|e| !is_proxy(e))
+        .flat_map(|e| e.addresses.clone())
+        .collect();
+    let fix = match spec.steering {
+        Steering::AdvertiseAddress => format!(
+            "Fix: the controller writes EndpointSlice default/kubernetes with {} once its proxy is ready (see the EndpointsSteered condition); delete any other EndpointSlice labelled kubernetes.io/service-name=kubernetes",
+            spec.advertise_address
+        ),
+        Steering::Service => format!(
+            "Fix: the proxy DaemonSet must run in {namespace} (a Service selects pods of its own namespace only; an hcp-ingress before this fix installed it in kube-system), with ready pods, and kube-controller-manager must run its endpointslice controller; let the controller reconcile (see the EndpointsSteered and ProxyReady conditions)"
+        ),
+    };
+    if proxy == 0 {
+        return Check::new(
+            "steering",
+            Verdict::Fail,
+            format!(
+                "the kubernetes Service's fields are set, but its EndpointSlices hold no ready node proxy endpoint ({}): pods reach no proxy through kubernetes.default.svc. {fix}",
+                if others.is_empty() {
+                    "they hold no ready endpoint at all".to_string()
+                } else {
+                    format!("they hold {}", others.join(", "))
+                }
+            ),
+        );
+    }
+    if !others.is_empty() && spec.steering == Steering::AdvertiseAddress {
+        return Check::new(
+            "steering",
+            Verdict::Fail,
+            format!(
+                "the kubernetes Service's EndpointSlices hold {} besides the proxy's {}: part of the traffic bypasses the proxy. {fix}",
+                others.join(", "),
+                spec.advertise_address
+            ),
+        );
+    }
+    Check::new(
+        "steering",
+        Verdict::Pass,
+        format!(
+            "{}; its EndpointSlices hold {proxy} ready proxy endpoint(s)",
+            steering.detail
+        ),
+    )
+}
+
 /// The node proxy DaemonSet: every desired node runs a ready proxy.
 pub fn proxy(cpi: &ControlPlaneIngress, enabled: bool, ds: Option<&DaemonSet>) -> Check {
     let name = "node proxy";
-    let object = format!("DaemonSet {NAMESPACE}/{NAME}");
+    let namespace = workload::proxy_namespace(workload::proxy_spec(cpi).steering);
+    let object = format!("DaemonSet {namespace}/{NAME}");
     if let Some(upstream) = cpi.spec.upstream.as_ref()
         && let Some(proxy) = upstream.kept_node_proxy()
     {
@@ -124,7 +205,7 @@ pub fn proxy(cpi: &ControlPlaneIngress, enabled: bool, ds: Option<&DaemonSet>) -
             name,
             Verdict::Fail,
             format!(
-                "{ready}/{desired} nodes run a ready proxy: see `kubectl -n {NAMESPACE} get pods -l app.kubernetes.io/name={NAME} -o wide` and their logs (certificate, config, upstream unreachable)"
+                "{ready}/{desired} nodes run a ready proxy: see `kubectl -n {namespace} get pods -l app.kubernetes.io/name={NAME} -o wide` and their logs (certificate, config, upstream unreachable)"
             ),
         )
     } else {

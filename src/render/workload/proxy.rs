@@ -12,8 +12,8 @@ use md5::{Digest, Md5};
 use serde_json::{Value, json};
 
 use super::shared::{
-    ENDPOINT_SLICE_MANAGER, NAME, NAMESPACE, ProxyTls, SKIP_MIRROR_LABEL, WorkloadError,
-    WorkloadInputs, bytes, own_labels, proxy_spec, selector_labels, typed,
+    ENDPOINT_SLICE_MANAGER, NAME, ProxyTls, SKIP_MIRROR_LABEL, WorkloadError, WorkloadInputs,
+    bytes, own_labels, proxy_namespace, proxy_spec, selector_labels, typed,
 };
 use crate::{
     api::{ControlPlaneIngress, ProxyMode, ProxySpec, Steering},
@@ -33,8 +33,22 @@ pub const CONFIG_FILE: &str = "config.yaml";
 /// controller linked in): it runs on every node, so its resident memory is
 /// paid once per node.
 pub const PROXY_COMMAND: &str = "/hcp-ingress-proxy";
-/// The proxy's admin port (`/healthz`, `/readyz`, `/metrics`), on 127.0.0.1.
+/// The proxy's admin port (`/healthz`, `/readyz`, `/metrics`), on 127.0.0.1,
+/// with advertise-address steering.
 pub const ADMIN_PORT: u16 = 9445;
+/// The admin port with service steering. A steering switch runs both
+/// DaemonSets on every node until the new one is ready; the admin listener
+/// binds with SO_REUSEPORT, so on one port each DaemonSet's readiness probe
+/// would be answered by either proxy at random.
+pub const SERVICE_STEERING_ADMIN_PORT: u16 = 9446;
+
+/// The admin port of a steering mode.
+pub fn admin_port(steering: Steering) -> u16 {
+    match steering {
+        Steering::AdvertiseAddress => ADMIN_PORT,
+        Steering::Service => SERVICE_STEERING_ADMIN_PORT,
+    }
+}
 /// Pod-template annotation: hash of the settings the proxy reads only at start.
 pub const RESTART_HASH_ANNOTATION: &str = "hcp-ingress.dev/restart-hash";
 
@@ -128,7 +142,7 @@ fn config_file(cpi: &ControlPlaneIngress, inputs: &WorkloadInputs) -> RawConfig 
         // A client that already names the API host keeps end-to-end TLS (client certificates work).
         passthrough_server_names: Some(vec![ingress.api_host.clone()]),
         admin: Some(RawAdmin {
-            address: Some(format!("127.0.0.1:{ADMIN_PORT}")),
+            address: Some(format!("127.0.0.1:{}", admin_port(spec.steering))),
         }),
         timeouts: Some(RawTimeouts {
             drain: Some(format!("{DRAIN_SECONDS}s")),
@@ -177,6 +191,7 @@ pub(super) fn config_map(
     cpi: &ControlPlaneIngress,
     inputs: &WorkloadInputs,
 ) -> Result<ConfigMap, WorkloadError> {
+    let namespace = proxy_namespace(proxy_spec(cpi).steering);
     let mut data = BTreeMap::from([(CONFIG_FILE.to_string(), proxy_config(cpi, inputs))]);
     if let Some(ca) = &inputs.ca_cert_pem {
         // Public: the trust anchor for the upstream, next to the config naming it,
@@ -187,7 +202,7 @@ pub(super) fn config_map(
         "ConfigMap",
         json!({
             "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": own_labels()},
+            "metadata": {"name": NAME, "namespace": namespace, "labels": own_labels()},
             "data": data,
         }),
     )
@@ -206,7 +221,7 @@ pub(super) fn secret(
         "Secret",
         json!({
             "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": own_labels()},
+            "metadata": {"name": NAME, "namespace": proxy_namespace(spec.steering), "labels": own_labels()},
             "type": "kubernetes.io/tls",
         }),
     )?;
@@ -246,7 +261,7 @@ pub(super) fn daemon_set(
                "runAsNonRoot": true, "fsGroup": NONROOT})
     };
     let probe = |path: &str, period: u32, failures: u32| {
-        json!({"httpGet": {"host": "127.0.0.1", "path": path, "port": ADMIN_PORT, "scheme": "HTTP"},
+        json!({"httpGet": {"host": "127.0.0.1", "path": path, "port": admin_port(spec.steering), "scheme": "HTTP"},
                "periodSeconds": period, "timeoutSeconds": 2, "failureThreshold": failures})
     };
     // No subPath: the kubelet updates whole ConfigMap/Secret volumes in place
@@ -262,7 +277,7 @@ pub(super) fn daemon_set(
     let config = config_file(cpi, inputs);
     let mut daemon_set = json!({
         "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": own_labels()},
+        "metadata": {"name": NAME, "namespace": proxy_namespace(spec.steering), "labels": own_labels()},
         "spec": {
             "selector": {"matchLabels": selector_labels()},
             // Surge: the new pod starts next to the old one on each node
@@ -385,6 +400,18 @@ pub(super) fn endpoint_slice(
             "ports": [{"name": "https", "port": proxy_port(spec, inputs), "protocol": "TCP"}],
         }),
     )
+}
+
+/// The first step of a switch to service steering: the selector without
+/// `internalTrafficPolicy: Local`, so that kube-proxy keeps using the
+/// advertise address's node-less EndpointSlice while the EndpointSlice
+/// controller writes the proxy pods' slices.
+pub fn service_handover_patch() -> DynamicObject {
+    let mut patch = service_patch();
+    if let Some(spec) = patch.data.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.remove("internalTrafficPolicy");
+    }
+    patch
 }
 
 /// Partial `default/kubernetes` Service: the fields we own, nothing else.

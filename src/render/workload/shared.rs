@@ -9,11 +9,15 @@ use kube::api::DynamicObject;
 use serde::{Serialize, de::DeserializeOwned};
 
 use crate::api::{
-    ControlPlaneIngress, MANAGED_BY_LABEL, MANAGER, ProxySpec, validation::FieldErrors,
+    ControlPlaneIngress, MANAGED_BY_LABEL, MANAGER, ProxySpec, Steering, validation::FieldErrors,
 };
 
-/// Namespace of the proxy's objects in the workload cluster.
+/// Namespace of the steering record, and of the proxy's objects with
+/// advertise-address steering (see [`proxy_namespace`]).
 pub const NAMESPACE: &str = "kube-system";
+/// Namespace of the proxy's objects with service steering: a Service selects
+/// pods of its own namespace only, and `kubernetes` lives in `default`.
+pub const SERVICE_STEERING_NAMESPACE: &str = "default";
 /// Name of the proxy's ConfigMap, Secret and DaemonSet.
 pub const NAME: &str = "hcp-ingress-proxy";
 /// `app.kubernetes.io/name`, which also selects the proxy pods.
@@ -126,6 +130,18 @@ impl From<&crate::pki::Leaf> for ProxyTls {
             cert_pem: leaf.cert_pem.clone(),
             key_pem: leaf.key_pem.clone(),
         }
+    }
+}
+
+/// Where the proxy's ConfigMap, Secret and DaemonSet live for a steering
+/// mode. Service steering needs its pods next to the `kubernetes` Service,
+/// so that kube-controller-manager's endpoint controllers select them (as
+/// k0smotron's own HAProxy lives in `default`); advertise-address steering
+/// selects nothing and keeps the proxy with the system add-ons.
+pub fn proxy_namespace(steering: Steering) -> &'static str {
+    match steering {
+        Steering::AdvertiseAddress => NAMESPACE,
+        Steering::Service => SERVICE_STEERING_NAMESPACE,
     }
 }
 

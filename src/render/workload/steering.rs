@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::shared::{
-    ENDPOINT_SLICE_MANAGER, NAMESPACE, WorkloadError, own_labels, selector_labels, typed,
+    ENDPOINT_SLICE_MANAGER, NAME, NAMESPACE, WorkloadError, own_labels, selector_labels, typed,
 };
 use crate::api::Steering;
 
@@ -39,6 +39,23 @@ pub struct SteeringRecord {
     /// The steering mode we applied last; `None` before the first apply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied: Option<Steering>,
+    /// A mode whose proxy may still be installed though it does not steer:
+    /// the mode switched away from (its proxy goes in a pass after the
+    /// switch, once kube-proxy took the new path in), or the target of a
+    /// switch still under way (its proxy goes if the switch is called off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaving: Option<Steering>,
+    /// Service steering's proxy runs in its own namespace: set when service
+    /// steering is applied. A record of service steering without it was
+    /// made by a release that ran that proxy in `kube-system`, where the
+    /// Service selects nothing; that proxy is removed once.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub service_proxy_beside_service: bool,
+    /// What a removal gave back, in words, while the proxy still runs: it is
+    /// removed in a later pass, once kube-proxy took the given-back
+    /// endpoints in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored: Option<String>,
     /// The Service fields service steering changes, as they were.
     #[serde(default)]
     pub service: ServiceFields,
@@ -77,6 +94,12 @@ pub struct ServiceFields {
     pub publish_not_ready_addresses: Option<bool>,
 }
 
+/// The ControlPlaneIngress annotation that lets a removal finish when
+/// nothing safe can be given back: `default/kubernetes` is then left
+/// without our endpoints (as it was before steering, when it had none), and
+/// pods lose the in-cluster API path until something writes them.
+pub const FINISH_WITHOUT_RESTORE_ANNOTATION: &str = "hcp-ingress.dev/finish-without-restore";
+
 /// The objects that give back what a steering mode took, or why nothing
 /// safe can be given back.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,8 +110,79 @@ pub struct Restore {
     /// Delete `default/kubernetes` EndpointSlice if it is still ours: we
     /// created it, there was none to give back.
     pub delete_endpoint_slice: bool,
+    /// Delete `default/kubernetes` Endpoints: they point at the proxy and
+    /// none were there before (only with the opt-in to finish anyway).
+    pub delete_endpoints: bool,
+    /// Addresses are given back: wait (bounded) until an EndpointSlice that
+    /// is neither ours nor the EndpointSlice controller's for our selector
+    /// (the recorded one, the mirroring controller's, the API server's)
+    /// holds them before those go, so kube-proxy is never left without an
+    /// endpoint.
+    pub await_other_slice: bool,
+    /// Delete the EndpointSlices the EndpointSlice controller made for our
+    /// selector: it leaves them behind when a Service loses its selector, and
+    /// they would keep pointing at proxy pods that are about to go.
+    pub delete_abandoned_slices: bool,
     /// What was restored, in words, for the condition and the Event.
     pub summary: String,
+}
+
+/// What the removal finds live, besides the record.
+#[derive(Debug, Clone, Copy)]
+pub struct Live<'a> {
+    /// `default/kubernetes` Endpoints as they are now.
+    pub endpoints: Option<&'a Endpoints>,
+    /// `spec.proxy.advertiseAddress`: an address that is the proxy's.
+    pub advertise_address: &'a str,
+    /// [`FINISH_WITHOUT_RESTORE_ANNOTATION`] is set.
+    pub finish_anyway: bool,
+}
+
+/// Whether Endpoints send anything to the node proxy: the advertise
+/// address, or a proxy pod that the endpoints controller selected.
+pub fn points_at_proxy(endpoints: &Endpoints, advertise_address: &str) -> bool {
+    endpoints
+        .subsets
+        .iter()
+        .flatten()
+        .flat_map(|s| {
+            s.addresses
+                .iter()
+                .flatten()
+                .chain(s.not_ready_addresses.iter().flatten())
+        })
+        .any(|a| {
+            a.ip == advertise_address
+                || a.target_ref.as_ref().is_some_and(|r| {
+                    r.kind.as_deref() == Some("Pod")
+                        && r.name
+                            .as_deref()
+                            .is_some_and(|n| n.starts_with(&format!("{NAME}-")))
+                })
+        })
+}
+
+/// Whether Endpoints hold at least one address.
+fn has_addresses(endpoints: &Endpoints) -> bool {
+    endpoints
+        .subsets
+        .iter()
+        .flatten()
+        .any(|s| s.addresses.as_ref().is_some_and(|a| !a.is_empty()))
+}
+
+/// Why nothing can be given back, and the two ways on, for a mode.
+fn nothing_to_give_back(mode: Steering) -> String {
+    let write = match mode {
+        Steering::AdvertiseAddress => {
+            "write Endpoints default/kubernetes with the API server's own address (a reachable address and port that serve its certificate for the kubernetes Service IP); the removal then gives those back and finishes on its next try (within a minute), or "
+        }
+        // The endpoints controller rewrites Endpoints of a Service with a selector.
+        Steering::Service => "",
+    };
+    format!(
+        "Endpoints default/kubernetes did not exist (or were already steered) before steering, as with an API server run with --endpoint-reconciler-type=none: there are no addresses to give back, and removing the proxy now would cut every pod off the API. To finish: {write}annotate the ControlPlaneIngress {FINISH_WITHOUT_RESTORE_ANNOTATION}=true to remove the proxy anyway, leaving default/kubernetes without endpoints"
+    )
 }
 
 /// Record what `default/kubernetes` holds now, before our first steering write.
@@ -140,6 +234,9 @@ pub fn record(
         });
     SteeringRecord {
         applied: None,
+        leaving: None,
+        service_proxy_beside_service: false,
+        restored: None,
         service,
         endpoints,
         endpoint_slice,
@@ -175,30 +272,108 @@ pub fn parse_record(config_map: &ConfigMap) -> Result<SteeringRecord, String> {
         .map_err(|e| format!("ConfigMap {NAMESPACE}/{RECORD_NAME} key {RECORD_KEY}: {e}"))
 }
 
-/// What to write to give back what `mode` took, from the record.
+/// What to write to give back what `mode` took: the record first; where it
+/// holds no addresses, the live Endpoints when someone else wrote them since
+/// (they are given back as they are); else, only with the opt-in, nothing.
 /// `Err`: nothing safe can be given back, and why.
-pub fn restore(record: &SteeringRecord, mode: Steering) -> Result<Restore, String> {
-    match mode {
-        Steering::Service => {
-            let (patch, summary) = service_fields(record)?;
-            Ok(Restore {
-                apply: vec![patch],
-                delete_endpoint_slice: false,
-                summary,
-            })
-        }
-        Steering::AdvertiseAddress => {
-            let mut restore = addresses(record)?;
-            if record.service_released {
-                let (patch, summary) = service_fields(record)?;
-                // The Service first: its selector makes the provider's proxy
-                // pods endpoints again before ours are taken away.
-                restore.apply.insert(0, patch);
-                restore.summary = format!("{summary}; {}", restore.summary);
+pub fn restore(record: &SteeringRecord, mode: Steering, live: &Live) -> Result<Restore, String> {
+    let takes_service = mode == Steering::Service || record.service_released;
+    let service = if takes_service {
+        Some(service_fields(record).or_else(|why| {
+            if live.finish_anyway {
+                Ok(drop_service_fields())
+            } else {
+                Err(format!(
+                    "{why}. To finish anyway: annotate the ControlPlaneIngress {FINISH_WITHOUT_RESTORE_ANNOTATION}=true"
+                ))
             }
-            Ok(restore)
-        }
+        })?)
+    } else {
+        None
+    };
+    let mut restore = match addresses(record) {
+        Some(restore) => restore?,
+        None => match live.endpoints {
+            Some(now) if has_addresses(now) && !points_at_proxy(now, live.advertise_address) => {
+                // Written since by a user or the API server: theirs to keep.
+                // Our labels go (skip-mirror among them, so the mirroring
+                // controller gives them an EndpointSlice), our slice too.
+                Restore {
+                    apply: vec![bare_endpoints()],
+                    delete_endpoint_slice: true,
+                    await_other_slice: true,
+                    delete_endpoints: false,
+                    delete_abandoned_slices: false,
+                    summary: format!(
+                        "Endpoints default/kubernetes as written since steering ({})",
+                        endpoint_addresses(&serde_json::to_value(&now.subsets).unwrap_or_default())
+                            .join(" ")
+                    ),
+                }
+            }
+            _ if live.finish_anyway => Restore {
+                apply: Vec::new(),
+                delete_endpoint_slice: true,
+                await_other_slice: false,
+                delete_endpoints: live
+                    .endpoints
+                    .is_some_and(|e| points_at_proxy(e, live.advertise_address)),
+                delete_abandoned_slices: false,
+                summary: format!(
+                    "no endpoints for default/kubernetes, as before steering ({FINISH_WITHOUT_RESTORE_ANNOTATION})"
+                ),
+            },
+            _ => return Err(nothing_to_give_back(mode)),
+        },
+    };
+    if let Some((patch, summary)) = service {
+        // The Service first: a recorded selector makes the provider's proxy
+        // pods endpoints again before ours are taken away; without one, the
+        // endpoint controllers stop writing before the addresses go back.
+        restore.apply.insert(0, patch);
+        restore.summary = format!("{summary}; {}", restore.summary);
+        restore.delete_abandoned_slices = record
+            .service
+            .selector
+            .as_ref()
+            .is_none_or(|s| s.is_empty())
+            || record.service_unknown;
+        restore.await_other_slice |= restore.delete_abandoned_slices && !live.finish_anyway;
     }
+    Ok(restore)
+}
+
+/// A partial Service with no field: applied with our manager, it drops the
+/// fields we set, whatever they were before.
+fn drop_service_fields() -> (DynamicObject, String) {
+    let patch = dynamic(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "kubernetes", "namespace": "default"},
+        "spec": {},
+    }))
+    .expect("a Service with metadata is a DynamicObject");
+    (
+        patch,
+        "Service default/kubernetes: our selector and traffic policy dropped".into(),
+    )
+}
+
+/// Endpoints with no field: applied with our manager, they drop our labels,
+/// annotation and whatever subsets are still ours.
+pub fn bare_endpoints() -> DynamicObject {
+    dynamic(json!({
+        "apiVersion": "v1", "kind": "Endpoints",
+        "metadata": {"name": "kubernetes", "namespace": "default"},
+    }))
+    .expect("Endpoints with metadata are a DynamicObject")
+}
+
+/// The Service partial a steering switch away from service steering
+/// applies: the recorded fields, or ours dropped when they are unknown.
+pub fn service_release_for_switch(record: &SteeringRecord) -> DynamicObject {
+    service_fields(record)
+        .unwrap_or_else(|_| drop_service_fields())
+        .0
 }
 
 /// The Service fields as recorded, as a partial Service, and in words.
@@ -239,13 +414,13 @@ fn service_fields(record: &SteeringRecord) -> Result<(DynamicObject, String), St
     Ok((patch, summary))
 }
 
-/// The Endpoints and EndpointSlice as recorded.
-fn addresses(record: &SteeringRecord) -> Result<Restore, String> {
-    let Some(endpoints) = &record.endpoints else {
-        return Err(
-            "Endpoints default/kubernetes did not exist (or were already steered) before steering: there are no addresses to give back; run the API server with its endpoint reconciler, or write them, then delete again".into(),
-        );
-    };
+/// The Endpoints and EndpointSlice as recorded; `None` when none were.
+fn addresses(record: &SteeringRecord) -> Option<Result<Restore, String>> {
+    let endpoints = record.endpoints.as_ref()?;
+    Some(recorded_addresses(record, endpoints))
+}
+
+fn recorded_addresses(record: &SteeringRecord, endpoints: &Value) -> Result<Restore, String> {
     let mut apply = vec![dynamic(json!({
         "apiVersion": "v1", "kind": "Endpoints",
         "metadata": {"name": "kubernetes", "namespace": "default", "labels": endpoints["labels"]},
@@ -268,7 +443,34 @@ fn addresses(record: &SteeringRecord) -> Result<Restore, String> {
         // We created it: it goes, kube-proxy then uses the Endpoints' mirror or the API server's own.
         None => delete_endpoint_slice = true,
     }
-    let addresses: Vec<String> = endpoints["subsets"]
+    let addresses = endpoint_addresses(&endpoints["subsets"]);
+    Ok(Restore {
+        apply,
+        delete_endpoint_slice,
+        // The recorded addresses reach kube-proxy through a slice of
+        // someone else (the recorded one, the mirroring controller's).
+        await_other_slice: true,
+        delete_endpoints: false,
+        delete_abandoned_slices: false,
+        summary: format!(
+            "Endpoints{} default/kubernetes back at {}",
+            if record.endpoint_slice.is_some() {
+                " and EndpointSlice"
+            } else {
+                ""
+            },
+            if addresses.is_empty() {
+                "no address (as they were)".to_string()
+            } else {
+                addresses.join(" ")
+            }
+        ),
+    })
+}
+
+/// `ip:port` of every address of Endpoints subsets (as JSON).
+fn endpoint_addresses(subsets: &Value) -> Vec<String> {
+    subsets
         .as_array()
         .into_iter()
         .flatten()
@@ -286,24 +488,7 @@ fn addresses(record: &SteeringRecord) -> Result<Restore, String> {
                 .map(move |a| format!("{}:{}", a["ip"].as_str().unwrap_or("?"), ports.join(",")))
                 .collect::<Vec<_>>()
         })
-        .collect();
-    Ok(Restore {
-        apply,
-        delete_endpoint_slice,
-        summary: format!(
-            "Endpoints{} default/kubernetes back at {}",
-            if record.endpoint_slice.is_some() {
-                " and EndpointSlice"
-            } else {
-                ""
-            },
-            if addresses.is_empty() {
-                "no address (as they were)".to_string()
-            } else {
-                addresses.join(" ")
-            }
-        ),
-    })
+        .collect()
 }
 
 fn dynamic(value: Value) -> Result<DynamicObject, String> {
@@ -313,6 +498,12 @@ fn dynamic(value: Value) -> Result<DynamicObject, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const NOTHING_LIVE: Live<'static> = Live {
+        endpoints: None,
+        advertise_address: "240.0.0.1",
+        finish_anyway: false,
+    };
 
     fn service(selector: Option<Value>, policy: Option<&str>) -> Service {
         serde_json::from_value(json!({
@@ -358,7 +549,7 @@ mod tests {
         // Survives the trip through its ConfigMap.
         let cm = record_config_map(&record).unwrap();
         assert_eq!(parse_record(&cm).unwrap(), record);
-        let restore = restore(&record, Steering::AdvertiseAddress).unwrap();
+        let restore = restore(&record, Steering::AdvertiseAddress, &NOTHING_LIVE).unwrap();
         assert_eq!(restore.apply.len(), 2);
         let endpoints = serde_json::to_value(&restore.apply[0]).unwrap();
         assert_eq!(endpoints["subsets"][0]["addresses"][0]["ip"], "10.0.0.5");
@@ -389,26 +580,35 @@ mod tests {
         );
         assert!(record.endpoints.is_none() && record.endpoint_slice.is_none());
         assert!(record.service_unknown);
-        let why = restore(&record, Steering::AdvertiseAddress).unwrap_err();
+        let why = restore(&record, Steering::AdvertiseAddress, &NOTHING_LIVE).unwrap_err();
         assert!(why.contains("no addresses to give back"), "{why}");
-        let why = restore(&record, Steering::Service).unwrap_err();
+        let why = restore(&record, Steering::Service, &NOTHING_LIVE).unwrap_err();
         assert!(why.contains("original selector is unknown"), "{why}");
     }
 
     #[test]
     fn service_restore_drops_our_selector_and_keeps_the_recorded_policy() {
-        let record = record(Some(&service(None, Some("Cluster"))), None, None);
-        let restore = restore(&record, Steering::Service).unwrap();
+        let record = record(
+            Some(&service(None, Some("Cluster"))),
+            Some(&endpoints("10.0.0.5", false)),
+            None,
+        );
+        let restore = restore(&record, Steering::Service, &NOTHING_LIVE).unwrap();
         let patch = serde_json::to_value(&restore.apply[0]).unwrap();
         // No selector in the patch: server-side apply drops the one we own.
         assert_eq!(patch["spec"], json!({"internalTrafficPolicy": "Cluster"}));
         assert!(restore.summary.contains("selector removed"));
+        // Then the addresses the endpoints controller overwrote, and the
+        // slices it leaves behind for the selector that is gone.
+        let endpoints = serde_json::to_value(&restore.apply[1]).unwrap();
+        assert_eq!(endpoints["subsets"][0]["addresses"][0]["ip"], "10.0.0.5");
+        assert!(restore.delete_abandoned_slices);
     }
 
     #[test]
     fn a_slice_we_created_is_deleted_not_restored() {
         let record = record(None, Some(&endpoints("10.0.0.5", false)), None);
-        let restore = restore(&record, Steering::AdvertiseAddress).unwrap();
+        let restore = restore(&record, Steering::AdvertiseAddress, &NOTHING_LIVE).unwrap();
         assert_eq!(restore.apply.len(), 1);
         assert!(restore.delete_endpoint_slice);
     }
@@ -424,7 +624,7 @@ mod tests {
             None,
         );
         record.service_released = true;
-        let given_back = restore(&record, Steering::AdvertiseAddress).unwrap();
+        let given_back = restore(&record, Steering::AdvertiseAddress, &NOTHING_LIVE).unwrap();
         let kinds: Vec<String> = given_back
             .apply
             .iter()
@@ -439,7 +639,71 @@ mod tests {
         assert!(given_back.delete_endpoint_slice, "ours goes last");
         // Without the release, address steering never touched the Service.
         record.service_released = false;
-        let given_back = restore(&record, Steering::AdvertiseAddress).unwrap();
+        let given_back = restore(&record, Steering::AdvertiseAddress, &NOTHING_LIVE).unwrap();
         assert_eq!(given_back.apply.len(), 1);
+    }
+
+    #[test]
+    fn without_recorded_addresses_live_ones_written_since_are_given_back() {
+        let record = record(None, None, None);
+        // Still ours: nothing safe, and the advice names both ways on.
+        let ours = endpoints("240.0.0.1", true);
+        let live = Live {
+            endpoints: Some(&ours),
+            ..NOTHING_LIVE
+        };
+        let why = restore(&record, Steering::AdvertiseAddress, &live).unwrap_err();
+        assert!(why.contains("write Endpoints default/kubernetes"), "{why}");
+        assert!(why.contains(FINISH_WITHOUT_RESTORE_ANNOTATION), "{why}");
+        // Service steering: the endpoints controller rewrites them, so only the opt-in.
+        let why = restore(&record, Steering::Service, &live).unwrap_err();
+        assert!(!why.contains("write Endpoints"), "{why}");
+        // A user wrote the API server's address: given back as it is.
+        let theirs = endpoints("10.0.0.9", false);
+        let live = Live {
+            endpoints: Some(&theirs),
+            ..NOTHING_LIVE
+        };
+        let given_back = restore(&record, Steering::AdvertiseAddress, &live).unwrap();
+        assert!(given_back.delete_endpoint_slice && !given_back.delete_endpoints);
+        assert!(
+            given_back.summary.contains("10.0.0.9:6443"),
+            "{}",
+            given_back.summary
+        );
+        let bare = serde_json::to_value(&given_back.apply[0]).unwrap();
+        assert!(
+            bare.get("subsets").is_none(),
+            "our labels and subsets dropped: {bare}"
+        );
+    }
+
+    #[test]
+    fn the_opt_in_finishes_with_our_endpoints_and_slices_gone() {
+        let record = record(None, None, None);
+        let ours = endpoints("240.0.0.1", true);
+        let live = Live {
+            endpoints: Some(&ours),
+            finish_anyway: true,
+            ..NOTHING_LIVE
+        };
+        let done = restore(&record, Steering::AdvertiseAddress, &live).unwrap();
+        assert!(done.apply.is_empty() && done.delete_endpoints && done.delete_endpoint_slice);
+        let done = restore(&record, Steering::Service, &live).unwrap();
+        assert_eq!(done.apply.len(), 1, "the Service's fields dropped");
+        assert!(done.delete_abandoned_slices, "the proxy pods' slices go");
+    }
+
+    #[test]
+    fn endpoints_of_proxy_pods_point_at_the_proxy() {
+        let selected: Endpoints = serde_json::from_value(json!({
+            "metadata": {"name": "kubernetes", "namespace": "default"},
+            "subsets": [{"addresses": [{"ip": "10.0.0.7", "targetRef": {"kind": "Pod", "name": "hcp-ingress-proxy-x7k2p", "namespace": "default"}}],
+                         "ports": [{"port": 6443}]}]
+        }))
+        .unwrap();
+        assert!(points_at_proxy(&selected, "240.0.0.1"));
+        assert!(!points_at_proxy(&endpoints("10.0.0.5", false), "240.0.0.1"));
+        assert!(points_at_proxy(&endpoints("240.0.0.1", false), "240.0.0.1"));
     }
 }

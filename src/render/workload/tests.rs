@@ -70,7 +70,18 @@ fn every_mode_and_steering_renders_a_config_the_proxy_accepts() {
             assert_eq!(cfg.passthrough_server_names, ["api.tenant-01.example.com"]);
             assert_eq!(
                 cfg.admin,
-                Some(format!("127.0.0.1:{ADMIN_PORT}").parse().unwrap())
+                Some(
+                    format!(
+                        "127.0.0.1:{}",
+                        if steering == "service" {
+                            SERVICE_STEERING_ADMIN_PORT
+                        } else {
+                            ADMIN_PORT
+                        }
+                    )
+                    .parse()
+                    .unwrap()
+                )
             );
             assert_eq!(cfg.tls.is_some(), matches!(mode, "reencrypt" | "pooled"));
             if steering == "advertise-address" {
@@ -581,5 +592,51 @@ fn a_service_host_someone_else_set_is_left_to_them() {
     assert_eq!(
         super::foreign_service_host(&workload(&["helm", "hcp-ingress"]), "occm"),
         None
+    );
+}
+
+#[test]
+fn service_steering_runs_the_proxy_next_to_the_kubernetes_service() {
+    // A Service selects pods of its own namespace only.
+    let service = proxy(&cpi(json!({"steering": "service"}), json!({})), &inputs())
+        .unwrap()
+        .unwrap();
+    for namespace in [
+        service.config_map.metadata.namespace.as_deref(),
+        service.daemon_set.metadata.namespace.as_deref(),
+        service
+            .secret
+            .as_ref()
+            .unwrap()
+            .metadata
+            .namespace
+            .as_deref(),
+    ] {
+        assert_eq!(namespace, Some("default"));
+    }
+    let advertise = proxy(&cpi(json!({}), json!({})), &inputs())
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        advertise.daemon_set.metadata.namespace.as_deref(),
+        Some("kube-system")
+    );
+    // Both run on every node during a switch: their readiness probes must
+    // not reach each other's admin listener.
+    let probe_port = |o: &ProxyObjects| {
+        let pod = o.daemon_set.spec.clone().unwrap().template.spec.unwrap();
+        let probe = pod.containers[0].readiness_probe.clone().unwrap();
+        probe.http_get.unwrap().port
+    };
+    assert_ne!(probe_port(&service), probe_port(&advertise));
+}
+
+#[test]
+fn the_handover_patch_selects_the_proxy_without_the_local_policy() {
+    let patch = serde_json::to_value(service_handover_patch()).unwrap();
+    assert_eq!(patch["spec"]["selector"], json!(selector_labels()));
+    assert!(
+        patch["spec"].get("internalTrafficPolicy").is_none(),
+        "{patch}"
     );
 }

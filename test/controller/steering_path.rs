@@ -1,0 +1,564 @@
+//! Steering on the data path, each mode and each switch between them: a pod
+//! keeps calling the real workload API server through
+//! `kubernetes.default.svc` while the controller steers `default/kubernetes`
+//! at its proxy with advertise-address steering, hands it over to service
+//! steering, back again, and finally gives it back on deletion, following
+//! the advice of the `RestoreNotPossible` condition. No call may fail.
+//!
+//! The workload API server runs as hosted control planes run it, with
+//! `--endpoint-reconciler-type=none` and no `kubernetes` Endpoints before
+//! hcp-ingress; kube-controller-manager runs every controller (endpoints,
+//! EndpointSlice, mirroring, DaemonSet, garbage collector), so a selector
+//! of the `kubernetes` Service turns into endpoints as on a real cluster.
+//! The rest of the path is the take-over test's (`takeover.rs`): one node in
+//! a network namespace with kube-proxy in iptables mode, the hcp-ingress
+//! proxy run from exactly the ConfigMap and Secret the controller wrote, the
+//! shared ingress (HAProxy routing by SNI), and the test as the kubelet.
+
+use std::{
+    collections::BTreeMap,
+    fs,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use hcp_ingress::render::workload::{NAME, SERVICE_STEERING_ADMIN_PORT};
+use k8s_openapi::api::{apps::v1::DaemonSet, core::v1::Endpoints, discovery::v1::EndpointSlice};
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, ListParams, Patch, PatchParams},
+};
+use serde_json::{Value, json};
+
+use crate::{
+    harness::*,
+    takeover::{
+        API_HOST, Kubelet, NODE, Node, POD_CLIENT, SERVICE_IP, WITHIN, calls, ingress_config,
+        metric_sum, require_data_path_tools, spawn_kube_proxy, tail, until,
+    },
+    workload::{initialized_cluster, put_secret},
+};
+
+const CLUSTER: &str = "tenant-01";
+/// Where the shared ingress's host also serves the API server itself, as a
+/// plain TCP pass-through: the "API server's own address" a user writes
+/// into the `kubernetes` Endpoints when asked to.
+const APISERVER_PORT: u16 = 6443;
+
+fn cpi(steering: &str) -> Value {
+    json!({"apiVersion": "hcp-ingress.dev/v1alpha1", "kind": "ControlPlaneIngress",
+        "metadata": {"name": CLUSTER, "namespace": NS},
+        "spec": {"clusterName": CLUSTER, "ingress": {"apiHost": API_HOST, "className": "haproxy"},
+                 "backend": {"serviceName": "kmc-tenant-01", "apiPort": 30443},
+                 "proxy": {"steering": steering}}})
+}
+
+/// The API server's address as a TCP pass-through on the ingress host.
+fn apiserver_front(listen: &str, apiserver: &str) -> String {
+    format!(
+        "global\n  maxconn 1000\n\
+         defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 5m\n  timeout server 5m\n\
+         frontend apiserver\n  bind {listen}:{APISERVER_PORT}\n  default_backend api\n\
+         backend api\n  server api {apiserver}\n"
+    )
+}
+
+/// Calls so far through the proxy whose admin port is `port` on the node.
+fn proxied(node: &Node, port: u16) -> f64 {
+    node.curl(&format!("http://127.0.0.1:{port}/metrics"))
+        .map(|m| metric_sum(&m, "hcp_proxy_connections_total"))
+        .unwrap_or(0.0)
+}
+
+/// Everything on the path, up and running: the node, the workload API
+/// server, kube-proxy, the ingress, the pod calling the API, the stand-in
+/// kubelet, the management cluster and the controller.
+struct Bed {
+    node: Arc<Mutex<Node>>,
+    w: Server,
+    m: Management,
+    running: Running,
+    kubelet_task: tokio::task::JoinHandle<()>,
+    /// The shared ingress host, where [`APISERVER_PORT`] serves the API server.
+    ingress: String,
+}
+
+/// The bed; `provider_endpoints`: the control plane provider wrote
+/// `default/kubernetes` Endpoints with the API server's own address before
+/// hcp-ingress (else there are none: the reconciler is off).
+async fn bed(name: &str, provider_endpoints: bool) -> Bed {
+    require_data_path_tools();
+    let node = Arc::new(Mutex::new(Node::new()));
+    let (address, ingress, dir) = {
+        let n = node.lock().unwrap();
+        (n.address.clone(), n.ingress.clone(), n.dir.clone())
+    };
+
+    // No Endpoints: the API server's reconciler is off and no provider wrote
+    // any. Its certificate names the Service IP, for the end, when pods
+    // reach it directly.
+    let w = Server::start_real(realkube::Options {
+        name: name.into(),
+        controller_manager: true,
+        endpoint_reconciler: "none".into(),
+        extra_sans: vec![API_HOST.into(), SERVICE_IP.into()],
+        ..realkube::Options::default()
+    })
+    .await;
+    w.check_rejections_of(realkube::CLUSTER_ADMIN_USER);
+    let cluster = w.real();
+    let wc = w.client();
+    cluster.add_real_node(NODE, &address).await.unwrap();
+    let apiserver = cluster.url().trim_start_matches("https://").to_string();
+    fs::write(dir.join("ca.crt"), cluster.ca_pem()).unwrap();
+    let endpoints: Api<Endpoints> = Api::namespaced(wc.clone(), "default");
+    assert!(endpoints.get_opt("kubernetes").await.unwrap().is_none());
+
+    let token = cluster.cluster_admin_token().to_string();
+    let kubeconfig = dir.join("kube-proxy.kubeconfig");
+    fs::write(
+        &kubeconfig,
+        cluster.kubeconfig_for("kube-proxy", &token).replace(
+            &format!("https://{apiserver}"),
+            &format!("https://{API_HOST}:443"),
+        ),
+    )
+    .unwrap();
+    {
+        let mut n = node.lock().unwrap();
+        let ingress_cfg = dir.join("ingress.cfg");
+        fs::write(&ingress_cfg, ingress_config(&ingress, &apiserver)).unwrap();
+        n.spawn(
+            "ingress",
+            false,
+            &["haproxy", "-db", "-f", ingress_cfg.to_str().unwrap()],
+        );
+        let front_cfg = dir.join("apiserver-front.cfg");
+        fs::write(&front_cfg, apiserver_front(&ingress, &apiserver)).unwrap();
+        n.spawn(
+            "apiserver-front",
+            false,
+            &["haproxy", "-db", "-f", front_cfg.to_str().unwrap()],
+        );
+        spawn_kube_proxy(&mut n, &kubeconfig);
+        let script = n.dir.join("pod.py");
+        fs::write(&script, POD_CLIENT).unwrap();
+        let (script, ca_file) = (
+            script.display().to_string(),
+            n.dir.join("ca.crt").display().to_string(),
+        );
+        // Calls fail until the first steering (nothing to reach): only
+        // failures after the first answer count.
+        n.spawn(
+            "pod",
+            true,
+            &["python3", "-u", &script, &ca_file, &token, SERVICE_IP],
+        );
+    }
+    let kubelet = Arc::new(tokio::sync::Mutex::new(Kubelet {
+        client: wc.clone(),
+        node: node.clone(),
+        running: BTreeMap::new(),
+        seen: BTreeMap::new(),
+    }));
+    let kubelet_task = {
+        let kubelet = kubelet.clone();
+        tokio::spawn(async move {
+            loop {
+                kubelet.lock().await.sync().await;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+
+    let m = management(&[]).await;
+    initialized_cluster(&m, CLUSTER).await;
+    put_secret(
+        &m.client,
+        &format!("{CLUSTER}-kubeconfig"),
+        [("value", w.kubeconfig_yaml())],
+    )
+    .await;
+    put_secret(
+        &m.client,
+        &format!("{CLUSTER}-ca"),
+        [
+            ("tls.crt", cluster.ca_pem().to_string()),
+            ("tls.key", cluster.ca_key_pem().to_string()),
+        ],
+    )
+    .await;
+    let running = m.start();
+    if provider_endpoints {
+        // As a provider writes them: no skip-mirror label, so the mirroring
+        // controller gives kube-proxy a slice.
+        endpoints
+            .patch(
+                "kubernetes",
+                &PatchParams::apply("kube-apiserver"),
+                &Patch::Apply(json!({"apiVersion": "v1", "kind": "Endpoints",
+                    "metadata": {"name": "kubernetes", "namespace": "default"},
+                    "subsets": [{"addresses": [{"ip": ingress}],
+                        "ports": [{"name": "https", "port": APISERVER_PORT, "protocol": "TCP"}]}]})),
+            )
+            .await
+            .unwrap();
+    }
+    Bed {
+        node,
+        w,
+        m,
+        running,
+        kubelet_task,
+        ingress,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api() {
+    let started = Instant::now();
+    let Bed {
+        node,
+        w,
+        m,
+        running,
+        kubelet_task,
+        ingress,
+    } = bed("steering", false).await;
+    let wc = w.client();
+    let endpoints: Api<Endpoints> = Api::namespaced(wc.clone(), "default");
+    let mut phases = Vec::new();
+    let mut phase_start = Instant::now();
+    let mut phase = |name: &str, phases: &mut Vec<String>| {
+        phases.push(format!(
+            "{name} {:.1}s",
+            phase_start.elapsed().as_secs_f64()
+        ));
+        phase_start = Instant::now();
+    };
+    let daemon_sets = |ns: &str| Api::<DaemonSet>::namespaced(wc.clone(), ns);
+    let more_calls = async |what: &str, n: usize| {
+        let from = calls(&node.lock().unwrap()).0;
+        until(&node, 60, what, async || {
+            calls(&node.lock().unwrap()).0 >= from + n
+        })
+        .await;
+    };
+
+    // 1. Advertise-address steering, only once the proxy is ready.
+    apply_value(&m.client, cpi("advertise-address")).await;
+    let waiting = wait_reason(
+        &m.client,
+        CLUSTER,
+        ("EndpointsSteered", "False", "WaitingForProxy"),
+        WITHIN,
+    )
+    .await;
+    assert!(waiting.contains("ready on every node"), "{waiting}");
+    assert!(
+        endpoints.get_opt("kubernetes").await.unwrap().is_none(),
+        "nothing steers at a proxy that is not ready"
+    );
+    wait_reason(
+        &m.client,
+        CLUSTER,
+        ("EndpointsSteered", "True", "AdvertiseAddress"),
+        WITHIN,
+    )
+    .await;
+    more_calls("calls through the advertise address", 20).await;
+    phase("advertise-address steered", &mut phases);
+
+    // 2. Switch to service steering: the proxy pods run in `default`, next
+    // to the Service that selects them.
+    apply_value(&m.client, cpi("service")).await;
+    let message = wait_reason(
+        &m.client,
+        CLUSTER,
+        ("EndpointsSteered", "True", "ServiceSelector"),
+        WITHIN,
+    )
+    .await;
+    assert!(
+        message.contains("switched from advertise-address"),
+        "{message}"
+    );
+    until(
+        &node,
+        60,
+        "the advertise-address proxy removed",
+        async || {
+            daemon_sets("kube-system")
+                .get_opt(NAME)
+                .await
+                .unwrap()
+                .is_none()
+                && node
+                    .lock()
+                    .unwrap()
+                    .processes
+                    .iter()
+                    .filter(|(n, _)| n.starts_with("proxy-"))
+                    .count()
+                    == 1
+        },
+    )
+    .await;
+    let slices: Api<EndpointSlice> = Api::namespaced(wc.clone(), "default");
+    let list = slices
+        .list(&ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
+        .await
+        .unwrap();
+    let selected: Vec<String> = list
+        .items
+        .iter()
+        .flat_map(|s| s.endpoints.iter())
+        .filter_map(|e| e.target_ref.as_ref()?.name.clone())
+        .collect();
+    assert!(
+        selected.iter().all(|n| n.starts_with(&format!("{NAME}-"))) && selected.len() == 1,
+        "the Service's endpoints are the proxy pod: {selected:?}"
+    );
+    // kube-proxy follows within a few seconds: the calls then go through
+    // the proxy the Service selects.
+    let at_service = proxied(&node.lock().unwrap(), SERVICE_STEERING_ADMIN_PORT);
+    until(
+        &node,
+        60,
+        "the calls through the proxy selected by the Service",
+        async || proxied(&node.lock().unwrap(), SERVICE_STEERING_ADMIN_PORT) >= at_service + 20.0,
+    )
+    .await;
+    phase("switched to service", &mut phases);
+
+    // 3. And back.
+    apply_value(&m.client, cpi("advertise-address")).await;
+    let message = wait_reason(
+        &m.client,
+        CLUSTER,
+        ("EndpointsSteered", "True", "AdvertiseAddress"),
+        WITHIN,
+    )
+    .await;
+    assert!(message.contains("switched from service"), "{message}");
+    until(
+        &node,
+        60,
+        "the service-steering proxy removed",
+        async || {
+            daemon_sets("default")
+                .get_opt(NAME)
+                .await
+                .unwrap()
+                .is_none()
+                && node
+                    .lock()
+                    .unwrap()
+                    .processes
+                    .iter()
+                    .filter(|(n, _)| n.starts_with("proxy-"))
+                    .count()
+                    == 1
+        },
+    )
+    .await;
+    more_calls("calls through the advertise address again", 20).await;
+    phase("switched back to advertise-address", &mut phases);
+
+    // 4. Deletion: nothing was recorded to give back, so the proxy stays
+    // and the condition says what to do; done literally, the deletion
+    // finishes and pods keep the API.
+    cpis(&m.client)
+        .delete(CLUSTER, &DeleteParams::default())
+        .await
+        .unwrap();
+    let advice = wait_reason(
+        &m.client,
+        CLUSTER,
+        ("EndpointsSteered", "False", "RestoreNotPossible"),
+        WITHIN,
+    )
+    .await;
+    assert!(
+        advice.contains("write Endpoints default/kubernetes with the API server's own address"),
+        "{advice}"
+    );
+    more_calls("calls while the deletion waits", 10).await;
+    // As `kubectl edit` would: the API server's address.
+    endpoints
+        .patch(
+            "kubernetes",
+            &PatchParams {
+                field_manager: Some("kubectl-edit".into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(json!({"subsets": [{"addresses": [{"ip": ingress}],
+                "ports": [{"name": "https", "port": APISERVER_PORT, "protocol": "TCP"}]}]})),
+        )
+        .await
+        .unwrap();
+    eventually("the deletion finishes", || async {
+        cpis(&m.client)
+            .get_opt(CLUSTER)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    until(&node, 60, "the proxy removed", async || {
+        !node
+            .lock()
+            .unwrap()
+            .processes
+            .iter()
+            .any(|(n, _)| n.starts_with("proxy-"))
+    })
+    .await;
+    let ours: Vec<String> = slices
+        .list(&ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|s| {
+            s.labels()
+                .get("endpointslice.kubernetes.io/managed-by")
+                .map(String::as_str)
+                == Some("controller.hcp-ingress.dev")
+        })
+        .map(|s| s.name_any())
+        .collect();
+    assert!(
+        ours.is_empty(),
+        "our EndpointSlice outlived the proxy: {ours:?}"
+    );
+    more_calls("calls to the API server's own address", 20).await;
+    phase("given back and deleted", &mut phases);
+
+    let (answered, failed) = calls(&node.lock().unwrap());
+    eprintln!(
+        "steering data path: {answered} calls answered, {} failed; {} (total {:.0}s)",
+        failed.len(),
+        phases.join(", "),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        failed.is_empty(),
+        "the pod lost the API: {failed:?}\n{}",
+        tail(&node.lock().unwrap().log("kube-proxy"), 20)
+    );
+    kubelet_task.abort();
+    running.stop().await;
+}
+
+/// Service steering from the start, on a cluster whose provider wrote the
+/// API server's address into `default/kubernetes`: pods reach the API
+/// before hcp-ingress, through the proxy pods once the Service selects them,
+/// and directly again once the deletion gave the recorded Endpoints back and
+/// removed what the proxy pods left (the EndpointSlice controller's slices).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_steering_from_the_start_and_its_give_back_keep_pods_on_the_api() {
+    let started = Instant::now();
+    let Bed {
+        node,
+        w,
+        m,
+        running,
+        kubelet_task,
+        ingress: _,
+    } = bed("service-steering", true).await;
+    let wc = w.client();
+    let more_calls = async |what: &str, n: usize| {
+        let from = calls(&node.lock().unwrap()).0;
+        until(&node, 60, what, async || {
+            calls(&node.lock().unwrap()).0 >= from + n
+        })
+        .await;
+    };
+    more_calls("calls to the API server's own address", 20).await;
+
+    apply_value(&m.client, cpi("service")).await;
+    wait_reason(
+        &m.client,
+        CLUSTER,
+        ("EndpointsSteered", "True", "ServiceSelector"),
+        WITHIN,
+    )
+    .await;
+    // kube-proxy follows within a few seconds: the calls then go through
+    // the proxy the Service selects.
+    let at_service = proxied(&node.lock().unwrap(), SERVICE_STEERING_ADMIN_PORT);
+    until(
+        &node,
+        60,
+        "the calls through the proxy selected by the Service",
+        async || proxied(&node.lock().unwrap(), SERVICE_STEERING_ADMIN_PORT) >= at_service + 20.0,
+    )
+    .await;
+    let steered_in = started.elapsed();
+
+    cpis(&m.client)
+        .delete(CLUSTER, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the deletion finishes", || async {
+        cpis(&m.client)
+            .get_opt(CLUSTER)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    until(&node, 60, "the proxy removed", async || {
+        !node
+            .lock()
+            .unwrap()
+            .processes
+            .iter()
+            .any(|(n, _)| n.starts_with("proxy-"))
+    })
+    .await;
+    let slices: Api<EndpointSlice> = Api::namespaced(wc.clone(), "default");
+    let left: Vec<String> = slices
+        .list(&ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|s| {
+            s.endpoints.iter().any(|e| {
+                e.target_ref
+                    .as_ref()
+                    .is_some_and(|r| r.kind.as_deref() == Some("Pod"))
+            })
+        })
+        .map(|s| s.name_any())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "slices of the proxy pods left behind: {left:?}"
+    );
+    let service = Api::<k8s_openapi::api::core::v1::Service>::namespaced(wc.clone(), "default")
+        .get("kubernetes")
+        .await
+        .unwrap();
+    assert_eq!(service.spec.unwrap().selector, None);
+    more_calls("calls to the API server's own address again", 20).await;
+
+    let (answered, failed) = calls(&node.lock().unwrap());
+    eprintln!(
+        "service steering data path: {answered} calls answered, {} failed; steered after {:.0}s, total {:.0}s",
+        failed.len(),
+        steered_in.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        failed.is_empty(),
+        "the pod lost the API: {failed:?}\n{}",
+        tail(&node.lock().unwrap().log("kube-proxy"), 20)
+    );
+    kubelet_task.abort();
+    running.stop().await;
+}
