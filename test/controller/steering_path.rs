@@ -45,6 +45,28 @@ const CLUSTER: &str = "tenant-01";
 /// into the `kubernetes` Endpoints when asked to.
 const APISERVER_PORT: u16 = 6443;
 
+/// The deletion has finished and the node runs no proxy any more.
+async fn deleted_with_its_proxy(m: &Management, node: &Arc<Mutex<Node>>) {
+    eventually("the deletion finishes", || async {
+        cpis(&m.client)
+            .get_opt(CLUSTER)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    until(node, 60, "the proxy removed", async || {
+        !node
+            .lock()
+            .unwrap()
+            .processes
+            .iter()
+            .any(|(n, _)| n.starts_with("proxy-"))
+    })
+    .await;
+}
+
 fn cpi(steering: &str) -> Value {
     json!({"apiVersion": "hcp-ingress.dev/v1alpha1", "kind": "ControlPlaneIngress",
         "metadata": {"name": CLUSTER, "namespace": NS},
@@ -397,24 +419,7 @@ async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api() 
         )
         .await
         .unwrap();
-    eventually("the deletion finishes", || async {
-        cpis(&m.client)
-            .get_opt(CLUSTER)
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
-    until(&node, 60, "the proxy removed", async || {
-        !node
-            .lock()
-            .unwrap()
-            .processes
-            .iter()
-            .any(|(n, _)| n.starts_with("proxy-"))
-    })
-    .await;
+    deleted_with_its_proxy(&m, &node).await;
     let ours: Vec<String> = slices
         .list(&ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
         .await
@@ -502,24 +507,7 @@ async fn service_steering_from_the_start_and_its_give_back_keep_pods_on_the_api(
         .delete(CLUSTER, &DeleteParams::default())
         .await
         .unwrap();
-    eventually("the deletion finishes", || async {
-        cpis(&m.client)
-            .get_opt(CLUSTER)
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
-    until(&node, 60, "the proxy removed", async || {
-        !node
-            .lock()
-            .unwrap()
-            .processes
-            .iter()
-            .any(|(n, _)| n.starts_with("proxy-"))
-    })
-    .await;
+    deleted_with_its_proxy(&m, &node).await;
     let slices: Api<EndpointSlice> = Api::namespaced(wc.clone(), "default");
     let left: Vec<String> = slices
         .list(&ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
