@@ -6,7 +6,6 @@
 
 use std::{collections::BTreeSet, process::Command};
 
-use hcp_ingress::api::ControlPlaneIngress;
 use k8s_openapi::api::{apps::v1::Deployment, networking::v1::Ingress};
 use kube::{
     Api, Client, ResourceExt,
@@ -20,12 +19,11 @@ use crate::{
         Clusterctl, Management, PROVIDER_LABEL, PROVIDER_NAMESPACE, Process, SERVICE_ACCOUNT,
         free_port, http_status,
     },
-    harness::{apply_value, documents, eventually},
+    harness::{NS, apply_value, cpis, documents, eventually, wait_cpi_gone},
 };
 
 const PROVIDER: &str = "addon-hcp-ingress";
 const DEPLOYMENT: &str = "hcp-ingress-controller-manager";
-const TENANTS: &str = "tenants";
 
 /// An object of the components: apiVersion, kind, namespace, name.
 type Key = (String, String, String, String);
@@ -176,16 +174,16 @@ async fn clusterctl_installs_exactly_config_the_controller_runs_from_it_and_dele
         );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
-    m.namespace(TENANTS).await;
+    m.namespace(NS).await;
     apply_value(
         &m.client,
         json!({"apiVersion": "hcp-ingress.dev/v1alpha1", "kind": "ControlPlaneIngress",
-            "metadata": {"name": "wl", "namespace": TENANTS},
+            "metadata": {"name": "wl", "namespace": NS},
             "spec": {"clusterName": "wl", "ingress": {"apiHost": "api.wl.example.com", "className": "haproxy"},
                      "backend": {"serviceName": "kmc-wl", "apiPort": 30443}, "proxy": {"enabled": false}}}),
     )
     .await;
-    let ingresses: Api<Ingress> = Api::namespaced(m.client.clone(), TENANTS);
+    let ingresses: Api<Ingress> = Api::namespaced(m.client.clone(), NS);
     eventually("the controller writes the route", || async {
         let list = ingresses.list(&ListParams::default()).await.ok()?;
         (!list.items.is_empty()).then_some(())
@@ -200,12 +198,11 @@ async fn clusterctl_installs_exactly_config_the_controller_runs_from_it_and_dele
 
     // The documented order: delete what the controller manages while it
     // runs (its finalizer cleans up), then the provider.
-    let cpis: Api<ControlPlaneIngress> = Api::namespaced(m.client.clone(), TENANTS);
-    cpis.delete("wl", &DeleteParams::default()).await.unwrap();
-    eventually("the ControlPlaneIngress is gone", || async {
-        cpis.get_opt("wl").await.ok()?.is_none().then_some(())
-    })
-    .await;
+    cpis(&m.client)
+        .delete("wl", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_cpi_gone(&m.client, "wl").await;
     controller.stop();
 
     clusterctl

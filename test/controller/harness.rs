@@ -430,6 +430,20 @@ pub fn cpis(client: &Client) -> Api<ControlPlaneIngress> {
     Api::namespaced(client.clone(), NS)
 }
 
+/// Wait until the ControlPlaneIngress `name` of [`NS`] is gone (its
+/// deletion finished: every finalizer done).
+pub async fn wait_cpi_gone(client: &Client, name: &str) {
+    eventually(&format!("ControlPlaneIngress {name} gone"), || async {
+        cpis(client)
+            .get_opt(name)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}
+
 pub fn routes(client: &Client, kind: RouteKind) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), NS, &kind.api_resource())
 }

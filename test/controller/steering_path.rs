@@ -47,15 +47,7 @@ const APISERVER_PORT: u16 = 6443;
 
 /// The deletion has finished and the node runs no proxy any more.
 async fn deleted_with_its_proxy(m: &Management, node: &Arc<Mutex<Node>>) {
-    eventually("the deletion finishes", || async {
-        cpis(&m.client)
-            .get_opt(CLUSTER)
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    wait_cpi_gone(&m.client, CLUSTER).await;
     until(node, 60, "the proxy removed", async || {
         !node
             .lock()

@@ -669,15 +669,7 @@ async fn delete_cpi(m: &Management) {
         .delete(CLUSTER, &DeleteParams::default())
         .await
         .unwrap();
-    eventually("the ControlPlaneIngress is gone", || async {
-        cpis(&m.client)
-            .get_opt(CLUSTER)
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    wait_cpi_gone(&m.client, CLUSTER).await;
 }
 
 /// `clusterctl move` deletes each moved object from the source management
@@ -723,15 +715,7 @@ async fn a_deletion_for_clusterctl_move_leaves_the_workload_cluster_as_it_is() {
         )
         .await
         .unwrap();
-    eventually("the ControlPlaneIngress is gone", || async {
-        cpis(&m.client)
-            .get_opt(CLUSTER)
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    wait_cpi_gone(&m.client, CLUSTER).await;
     assert_eq!(
         kubernetes_addresses(&wc).await,
         steered,
@@ -1029,15 +1013,7 @@ async fn with_nothing_to_give_back_the_proxy_stays_and_the_deletion_waits() {
         )
         .await
         .unwrap();
-    eventually("the deletion finishes", || async {
-        cpis(&m.client)
-            .get_opt(CLUSTER)
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    wait_cpi_gone(&m.client, CLUSTER).await;
     // Nothing of ours outlives the proxy: the steering went with it.
     assert_eq!(kubernetes_addresses(&wc).await, (vec![], vec![]));
     assert!(!exists::<DaemonSet>((wc.clone(), "kube-system", "hcp-ingress-proxy")).await);
