@@ -41,6 +41,9 @@ bash "$(dirname "$0")/kube/build.sh" >/dev/null
 # The real consumers of our routes in test/ingress (Traefik, haproxy-ingress,
 # k0smotron), built once per version into ~/.cache/hcp-ingress/consumers.
 bash "$(dirname "$0")/consumers/build.sh" >/dev/null
+# The haproxytech controller needs HAProxy >= 2.8: Debian trixie's HAProxy,
+# built from Debian's source package beside it (Debian 12's 2.6 stays).
+bash "$(dirname "$0")/consumers/haproxytech.sh" --build-only >/dev/null
 # Cluster API's clusterctl and core manager, which install, move and deliver
 # hcp-ingress in test/capi and test/release, built once per version from the
 # Go module proxy into ~/.cache/hcp-ingress/capi.

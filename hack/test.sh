@@ -23,6 +23,7 @@ bash hack/capi/build.sh >/dev/null
 # needs Debian's lua-json.
 [ -f /usr/share/lua/5.3/json.lua ] || bash hack/install-test-deps.sh
 bash hack/consumers/build.sh >/dev/null
+bash hack/consumers/haproxytech.sh --build-only >/dev/null
 # helm for the chart tests, built once from the Go module proxy.
 bash hack/install-helm.sh >/dev/null
 bash hack/install-promql.sh >/dev/null

@@ -11,9 +11,12 @@
 #     webhook configurations (bin/webhook/).
 # A second run with the binaries present returns at once.
 #
-# Usage: hack/consumers/build.sh [--print-bin-dir NAME]   (NAME: traefik | haproxy-ingress | k0smotron)
-#        prints the bin directory of one consumer without building;
-#        without arguments builds what is missing and prints the cache root.
+# Usage: hack/consumers/build.sh                      builds what is missing, prints the cache root
+#        hack/consumers/build.sh NAME...              builds only those consumers (when missing),
+#                                                     prints the bin directory of each
+#        hack/consumers/build.sh --print-bin-dir NAME prints the bin directory of one consumer
+#                                                     without building
+#        (NAME: traefik | haproxy-ingress | k0smotron)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=versions.env
@@ -164,6 +167,25 @@ build_k0smotron() {
   cp "$zip/config/webhook/manifests.yaml" "$k0smotron_bin/webhook/capi.yaml"
   chmod -R u+w "$k0smotron_bin/crds" "$k0smotron_bin/webhook"
 }
+
+# One consumer alone (the local run needs haproxy-ingress only: Traefik and
+# k0smotron take minutes each to build).
+if [[ $# -gt 0 ]]; then
+  for name in "$@"; do
+    case "$name" in
+      traefik | haproxy-ingress | k0smotron) ;;
+      *) echo "usage: $0 [traefik|haproxy-ingress|k0smotron ...]" >&2; exit 2 ;;
+    esac
+  done
+  for name in "$@"; do
+    case "$name" in
+      traefik) build_traefik; echo "$traefik_bin" ;;
+      haproxy-ingress) build_haproxy_ingress; echo "$haproxy_ingress_bin" ;;
+      k0smotron) build_k0smotron; echo "$k0smotron_bin" ;;
+    esac
+  done
+  exit 0
+fi
 
 build_haproxy_ingress
 build_traefik

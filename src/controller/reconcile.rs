@@ -236,12 +236,9 @@ async fn cleanup(cpi: &ControlPlaneIngress, ctx: &Context) -> Result<(Action, bo
                 .await;
             Ok((Action::await_change(), true))
         }
-        // Given back just now: the proxy goes in the next pass, once
-        // kube-proxy took the given-back endpoints in.
-        workload::Removal::Restoring(_) => Ok((
-            Action::requeue(workload::HANDOVER_PAUSE.min(ctx.settings.retry)),
-            false,
-        )),
+        // Given back: the proxy goes in a later pass, once kube-proxy had
+        // the handover pause to take the given-back endpoints in.
+        workload::Removal::Restoring(_, wait) => Ok((Action::requeue(wait), false)),
         // The deletion waits: removing the route and the proxy now would cut
         // every pod of the workload cluster off its API server.
         workload::Removal::Kept(note) => {

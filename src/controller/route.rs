@@ -4,15 +4,12 @@
 //! wanted. Decisions come from `render` (what to route, what conflicts);
 //! this is the I/O around them.
 
-use std::collections::BTreeSet;
+use std::{collections::BTreeSet, sync::Arc};
 
 use kube::{
     ResourceExt,
     api::DynamicObject,
-    runtime::{
-        events::EventType,
-        reflector::{ObjectRef, Store},
-    },
+    runtime::{events::EventType, reflector::ObjectRef},
 };
 
 use super::{
@@ -105,15 +102,32 @@ pub(super) async fn apply(
         ));
     }
     let api = ctx.route_api(kind, cpi);
-    let mut names = Vec::new();
+    // Each route as the store holds it, with the status its ingress
+    // controller wrote; none for a route just written: its controller has
+    // yet to see the new version (our write requeues us through the watch).
+    let mut stored = Vec::new();
     for object in desired.iter().cloned() {
+        let name = object.name_any();
         let existing = store.get(&ObjectRef::from_obj_with(&object, kind.api_resource()));
-        names.push(object.name_any());
-        apply::apply(ctx, &api, object, existing.as_deref()).await?;
+        let written = apply::apply(ctx, &api, object, existing.as_deref()).await?;
+        stored.push((name, existing.filter(|_| !written)));
     }
+    let names: Vec<&str> = stored.iter().map(|(name, _)| name.as_str()).collect();
     let applied = format!("{} {} ({flavor})", kind.gvk().kind, names.join(", "));
     if kind == RouteKind::TlsRoute && upstream.is_none() {
-        return Ok(gateway_verdict(ctx, cpi, store, &names, &applied).await);
+        let namespace = cpi.namespace().unwrap_or_default();
+        let verdict = gateway_verdict(&namespace, &stored, &applied);
+        if verdict.reason == "RouteNotAccepted" {
+            ctx.event(
+                cpi,
+                EventType::Warning,
+                "RouteNotAccepted",
+                "Apply",
+                verdict.message.clone(),
+            )
+            .await;
+        }
+        return Ok(verdict);
     }
     Ok(match upstream {
         // The provider routes the API host, we the rest: both must be there.
@@ -130,22 +144,19 @@ pub(super) async fn apply(
 
 /// A TLSRoute is routed once its Gateway's controller says so: `RouteReady`
 /// follows the routes' `status.parents`, as the controller last wrote them
-/// (its status writes requeue us through the route watch).
-async fn gateway_verdict(
-    ctx: &Context,
-    cpi: &ControlPlaneIngress,
-    store: &Store<DynamicObject>,
-    names: &[String],
+/// (its status writes requeue us through the route watch). `routes` holds
+/// each route's name and its stored version, none when just written; the
+/// first route not yet accepted decides.
+fn gateway_verdict(
+    namespace: &str,
+    routes: &[(String, Option<Arc<DynamicObject>>)],
     applied: &str,
 ) -> Desired {
-    let namespace = cpi.namespace().unwrap_or_default();
-    for name in names {
-        let stored = store
-            .get(&ObjectRef::new_with(name, RouteKind::TlsRoute.api_resource()).within(&namespace));
+    for (name, stored) in routes {
         let verdict = match stored {
-            Some(route) => render::acceptance(&route),
+            Some(route) => render::acceptance(route),
             None => {
-                render::Acceptance::Pending(format!("TLSRoute {namespace}/{name} was just created"))
+                render::Acceptance::Pending(format!("TLSRoute {namespace}/{name} was just written"))
             }
         };
         match verdict {
@@ -158,14 +169,6 @@ async fn gateway_verdict(
                 );
             }
             render::Acceptance::Refused(why) => {
-                ctx.event(
-                    cpi,
-                    EventType::Warning,
-                    "RouteNotAccepted",
-                    "Apply",
-                    why.clone(),
-                )
-                .await;
                 return Desired::failed(types::ROUTE_READY, "RouteNotAccepted", why);
             }
         }
@@ -261,4 +264,59 @@ pub(super) async fn delete_stale(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use kube::api::DynamicObject;
+    use serde_json::json;
+
+    use super::gateway_verdict;
+    use crate::controller::status::Status;
+
+    fn route(name: &str, accepted: &str) -> Option<Arc<DynamicObject>> {
+        let parent = json!({"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "shared", "namespace": "gw"});
+        let condition = |type_: &str, status: &str| json!({"type": type_, "status": status, "reason": "R", "message": "m", "observedGeneration": 1});
+        Some(Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "TLSRoute",
+                "metadata": {"name": name, "namespace": "tenants", "generation": 1},
+                "spec": {"parentRefs": [parent]},
+                "status": {"parents": [{"parentRef": parent, "controllerName": "example.com/gateway",
+                    "conditions": [condition("Accepted", accepted), condition("ResolvedRefs", "True")]}]},
+            }))
+            .unwrap(),
+        ))
+    }
+
+    #[test]
+    fn every_route_must_be_accepted_and_a_route_just_written_waits() {
+        let verdict = |routes: &[(String, Option<Arc<DynamicObject>>)]| {
+            let d = gateway_verdict("tenants", routes, "TLSRoute a, b (gateway)");
+            (d.status, d.reason)
+        };
+        let (a, b) = ("hcp-a".to_string(), "hcp-b".to_string());
+        assert_eq!(
+            verdict(&[
+                (a.clone(), route("hcp-a", "True")),
+                (b.clone(), route("hcp-b", "True"))
+            ]),
+            (Status::True, "Accepted".into())
+        );
+        assert_eq!(
+            verdict(&[
+                (a.clone(), route("hcp-a", "True")),
+                (b.clone(), route("hcp-b", "False"))
+            ]),
+            (Status::False, "RouteNotAccepted".into())
+        );
+        // Our write made a new version its controller has not seen: even a
+        // route accepted before waits, rather than being called accepted.
+        assert_eq!(
+            verdict(&[(a.clone(), route("hcp-a", "True")), (b.clone(), None)]),
+            (Status::Unknown, "AwaitingGateway".into())
+        );
+    }
 }

@@ -117,14 +117,14 @@ async fn opt_out(ctx: &Context, cpi: &ControlPlaneIngress) -> Outcome {
                 requeue: None,
             }
         }
-        Ok(Removal::Restoring(note)) => Outcome {
+        Ok(Removal::Restoring(note, wait)) => Outcome {
             conditions: vec![Desired::ok(
                 types::ENDPOINTS_STEERED,
                 "Restored",
                 format!("{note}; the proxy is removed next"),
             )],
             proxy: installed,
-            requeue: Some(HANDOVER_PAUSE.min(ctx.settings.retry)),
+            requeue: Some(wait),
         },
         Ok(Removal::Kept(note)) => Outcome {
             conditions: vec![Desired::failed(
@@ -261,7 +261,7 @@ async fn install(
                 steering::write_record(ctx, client, &record).await?;
             }
             if proxy_up {
-                match steering::switch(ctx, client, &record, &objects, ready, no_nodes).await {
+                match steering::switch(ctx, client, &mut record, &objects, ready, no_nodes).await {
                     Ok(steering::Switch::Done(summary)) => {
                         tracing::info!(object = %crate::render::describe(cpi), %summary, "steering switched");
                         switched = Some(summary);
@@ -303,7 +303,7 @@ async fn install(
         None if proxy_up && spec.steering == crate::api::Steering::Service && !no_nodes => {
             // Whatever reached the API before keeps carrying traffic until
             // the proxy pods are the Service's endpoints.
-            match steering::service_handover(ctx, client, ready, no_nodes).await? {
+            match steering::service_handover(ctx, client, &mut record, ready, no_nodes).await? {
                 None => steer = true,
                 Some(step) => {
                     conditions.push(Desired::failed(
@@ -353,7 +353,7 @@ async fn install(
         if switched.is_some() {
             // The old path goes in a later pass, once kube-proxy has taken
             // the new one in.
-            requeue = Some(HANDOVER_PAUSE.min(ctx.settings.retry));
+            requeue = Some(HANDOVER_PAUSE);
         } else if spec.steering == crate::api::Steering::Service
             && !record.service_proxy_beside_service
         {
@@ -368,13 +368,17 @@ async fn install(
             record.service_proxy_beside_service = true;
             steering::write_record(ctx, client, &record).await?;
         } else if let Some(leaving) = record.leaving.filter(|m| *m != spec.steering) {
-            cleanup::remove_proxy_of(ctx, client, leaving)
-                .await
-                .map_err(|message| Unreachable {
-                    reason: "ApplyFailed",
-                    message,
-                })?;
-            steering::left(ctx, client, &mut record).await?;
+            if let Some(wait) = record.handover_wait(steering::unix_now(), HANDOVER_PAUSE) {
+                requeue = Some(wait);
+            } else {
+                cleanup::remove_proxy_of(ctx, client, leaving)
+                    .await
+                    .map_err(|message| Unreachable {
+                        reason: "ApplyFailed",
+                        message,
+                    })?;
+                steering::left(ctx, client, &mut record).await?;
+            }
         }
     }
     if let Some(theirs) = taken_over {

@@ -475,6 +475,8 @@ async fn service_steering_from_the_start_and_its_give_back_keep_pods_on_the_api(
     };
     more_calls("calls to the API server's own address", 20).await;
 
+    // When each step began, to place a failed call among them.
+    let mut steps = vec![("created", unix_time())];
     apply_value(&m.client, cpi("service")).await;
     wait_reason(
         &m.client,
@@ -483,6 +485,7 @@ async fn service_steering_from_the_start_and_its_give_back_keep_pods_on_the_api(
         WITHIN,
     )
     .await;
+    steps.push(("steered", unix_time()));
     // kube-proxy follows within a few seconds: the calls then go through
     // the proxy the Service selects.
     let at_service = proxied(&node.lock().unwrap(), SERVICE_STEERING_ADMIN_PORT);
@@ -495,11 +498,13 @@ async fn service_steering_from_the_start_and_its_give_back_keep_pods_on_the_api(
     .await;
     let steered_in = started.elapsed();
 
+    steps.push(("deleted", unix_time()));
     cpis(&m.client)
         .delete(CLUSTER, &DeleteParams::default())
         .await
         .unwrap();
     deleted_with_its_proxy(&m, &node).await;
+    steps.push(("proxy gone", unix_time()));
     let slices: Api<EndpointSlice> = Api::namespaced(wc.clone(), "default");
     let left: Vec<String> = slices
         .list(&ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
@@ -536,9 +541,17 @@ async fn service_steering_from_the_start_and_its_give_back_keep_pods_on_the_api(
     );
     assert!(
         failed.is_empty(),
-        "the pod lost the API: {failed:?}\n{}",
+        "the pod lost the API: {failed:?} (steps began at {steps:?})\n{}",
         tail(&node.lock().unwrap().log("kube-proxy"), 20)
     );
     kubelet_task.abort();
     running.stop().await;
+}
+
+/// Now in Unix seconds, as the pod's failure lines give it.
+fn unix_time() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    format!("{:.3}", now.as_secs_f64())
 }

@@ -323,7 +323,8 @@ pub(crate) fn ingress_config(listen: &str, apiserver: &str) -> String {
 
 /// A pod calling the API as client-go does: a new connection to the Service
 /// IP (no SNI), the serving certificate verified against the cluster CA, a
-/// bearer token. One line per call: `ok` or `fail <why>`.
+/// bearer token. One line per call: `ok`, or `fail <unix time> <why>` (the
+/// time places a failure among the test's steps).
 pub(crate) const POD_CLIENT: &str = r#"
 import socket, ssl, sys, time
 ca, token, ip = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -347,9 +348,9 @@ while True:
         if b" 200 " in status and b"gitVersion" in answer:
             print("ok", flush=True)
         else:
-            print("fail", status.decode(errors="replace"), flush=True)
+            print("fail", "%.3f" % time.time(), status.decode(errors="replace"), flush=True)
     except Exception as e:
-        print("fail", repr(e), flush=True)
+        print("fail", "%.3f" % time.time(), repr(e), flush=True)
     time.sleep(0.05)
 "#;
 

@@ -19,15 +19,18 @@ pub const HOW_TO_BUILD: &str = "run `bash hack/consumers/build.sh` (builds Traef
 
 /// The folder `hack/consumers/build.sh` builds consumer `name` into.
 pub fn bin_dir(name: &str) -> PathBuf {
+    built_by("hack/consumers/build.sh", name)
+}
+
+/// The folder a build script of the repository (`script`, which answers
+/// `--print-bin-dir <name>`) builds `name` into.
+pub fn built_by(script: &str, name: &str) -> PathBuf {
     let out = Command::new("bash")
-        .arg(repo().join("hack/consumers/build.sh"))
+        .arg(repo().join(script))
         .args(["--print-bin-dir", name])
         .output()
-        .expect("bash runs hack/consumers/build.sh");
-    assert!(
-        out.status.success(),
-        "hack/consumers/build.sh --print-bin-dir {name}"
-    );
+        .unwrap_or_else(|e| panic!("bash runs {script}: {e}"));
+    assert!(out.status.success(), "{script} --print-bin-dir {name}");
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 

@@ -26,6 +26,7 @@
 mod bed;
 mod consumers;
 mod haproxy_ingress;
+mod haproxytech;
 mod k0smotron;
 mod tls;
 mod traefik;

@@ -2,6 +2,8 @@
 //! path: `default/kubernetes` given back first, then what we patched, then
 //! the proxy's own objects.
 
+use std::time::Duration;
+
 use k8s_openapi::api::{apps::v1::DaemonSet, core::v1::Secret};
 use kube::{
     Api, ResourceExt,
@@ -17,9 +19,10 @@ use crate::{
 
 /// What a removal did.
 pub enum Removal {
-    /// default/kubernetes was given back in this pass; the proxy goes in a
-    /// later one, once kube-proxy took the given-back endpoints in.
-    Restoring(String),
+    /// default/kubernetes was given back; the proxy goes in a later pass,
+    /// once kube-proxy had the handover pause to take the given-back
+    /// endpoints in: what was given back, and how long until then.
+    Restoring(String, Duration),
     /// default/kubernetes was given back and the proxy removed: what was done.
     Removed(String),
     /// Nothing safe could be given back: the proxy stays, and why.
@@ -50,7 +53,9 @@ pub async fn cleanup(ctx: &Context, cpi: &ControlPlaneIngress) -> Result<Removal
         .map_err(|u| u.message)?
     {
         Ok(steering::GiveBack::Done(summary)) => summary,
-        Ok(steering::GiveBack::JustNow(summary)) => return Ok(Removal::Restoring(summary)),
+        Ok(steering::GiveBack::Settling(summary, wait)) => {
+            return Ok(Removal::Restoring(summary, wait));
+        }
         Err(why) => {
             return Ok(Removal::Kept(format!(
                 "kept the node proxy, default/kubernetes still points at it: {why}"

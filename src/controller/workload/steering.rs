@@ -4,6 +4,8 @@
 //! previous mode took, and removal gives everything back before the proxy goes
 //! (the record itself is removed last, with the proxy's objects).
 
+use std::time::Duration;
+
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Endpoints, Pod, Service},
     discovery::v1::EndpointSlice,
@@ -11,6 +13,7 @@ use k8s_openapi::api::{
 use kube::{Api, Client, ResourceExt, api::DynamicObject};
 
 use super::{
+    HANDOVER_PAUSE,
     failure::{Unreachable, api_error, apply_failed, render_failed, resource_of},
     objects::apply_object,
 };
@@ -128,8 +131,13 @@ pub(super) async fn mark_applied(
     if record.applied == Some(mode) {
         return Ok(());
     }
+    if record.applied.is_some() {
+        // A switch: the path it replaced keeps its proxy for a while.
+        record.replaced_at = Some(unix_now());
+    }
     record.leaving = record.applied.or(record.leaving).filter(|m| *m != mode);
     record.applied = Some(mode);
+    record.proxies_listed_at = None;
     record.service_proxy_beside_service |= mode == Steering::Service;
     // Steered again after a give-back whose removal never came.
     record.restored = None;
@@ -164,7 +172,7 @@ pub(super) enum Switch {
 pub(super) async fn switch(
     ctx: &Context,
     client: &Client,
-    record: &SteeringRecord,
+    record: &mut SteeringRecord,
     objects: &ProxyObjects,
     ready_proxies: i32,
     no_nodes: bool,
@@ -172,7 +180,9 @@ pub(super) async fn switch(
     let slices = dynamic_api::<EndpointSlice>(client);
     match &objects.steering {
         SteeringObjects::Service { .. } => {
-            if let Some(step) = service_handover(ctx, client, ready_proxies, no_nodes).await? {
+            if let Some(step) =
+                service_handover(ctx, client, record, ready_proxies, no_nodes).await?
+            {
                 return Ok(Switch::Waiting(format!(
                     "{step}; the advertise address steers until then"
                 )));
@@ -241,10 +251,12 @@ pub(super) async fn switch(
 /// untouched, so kube-proxy balances over what was there and the proxy pods
 /// (both work) while the EndpointSlice controller writes their slices (with
 /// `Local` it would ignore a node-less endpoint at once). `None` once its
-/// slices list every ready proxy (or no Node exists); else the step waited on.
+/// slices have listed every ready proxy for the handover pause (or no Node
+/// exists); else the step waited on.
 pub(super) async fn service_handover(
     ctx: &Context,
     client: &Client,
+    record: &mut SteeringRecord,
     ready_proxies: i32,
     no_nodes: bool,
 ) -> Result<Option<String>, Unreachable> {
@@ -271,8 +283,26 @@ pub(super) async fn service_handover(
     if !no_nodes {
         let selected = controller_slice_endpoints(client).await?;
         if selected < ready_proxies.max(1) {
+            if record.proxies_listed_at.take().is_some() {
+                write_record(ctx, client, record).await?;
+            }
             return Ok(Some(format!(
                 "the EndpointSlice controller lists {selected} of {ready_proxies} ready proxy pods for the kubernetes Service"
+            )));
+        }
+        let now = unix_now();
+        let since = match record.proxies_listed_at {
+            Some(since) => since,
+            None => {
+                record.proxies_listed_at = Some(now);
+                write_record(ctx, client, record).await?;
+                now
+            }
+        };
+        if let Some(wait) = workload::wait_since(since, now, HANDOVER_PAUSE) {
+            return Ok(Some(format!(
+                "the EndpointSlice controller lists every ready proxy pod; kube-proxy takes them in before the Service turns internalTrafficPolicy Local (another {}s)",
+                wait.as_secs()
             )));
         }
     }
@@ -354,10 +384,18 @@ async fn delete_ours(
 pub enum GiveBack {
     /// Nothing (more) to give back: the proxy can go. What was given back.
     Done(String),
-    /// Given back in this pass: the proxy goes in a later one, once
-    /// kube-proxy took the given-back endpoints in (a proxy pod stops
-    /// accepting when told to terminate).
-    JustNow(String),
+    /// Given back (in this pass or a recent one): the proxy goes once
+    /// kube-proxy had the handover pause to take the given-back endpoints
+    /// in (a proxy pod stops accepting when told to terminate). What was
+    /// given back, and how long the proxy still stays.
+    Settling(String, Duration),
+}
+
+/// Now, in Unix seconds, as the steering record keeps times.
+pub(super) fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// Give back what the applied steering took. `Ok(Ok(..))` when done (or
@@ -429,8 +467,11 @@ pub async fn give_back(
     };
     let mut record = record;
     let Some(mode) = record.applied else {
-        if let Some(restored) = record.restored {
-            return Ok(Ok(GiveBack::Done(restored)));
+        if let Some(restored) = &record.restored {
+            return Ok(Ok(match record.handover_wait(unix_now(), HANDOVER_PAUSE) {
+                Some(wait) => GiveBack::Settling(restored.clone(), wait),
+                None => GiveBack::Done(restored.clone()),
+            }));
         }
         // Recorded, never steered (the proxy never became ready): nothing to give back.
         let slices = dynamic_api::<EndpointSlice>(client);
@@ -464,14 +505,15 @@ pub async fn give_back(
     // Given back: remembered, so a later pass removes the proxy.
     record.applied = None;
     record.restored = Some(summary.clone());
+    record.replaced_at = Some(unix_now());
     write_record(ctx, client, &record).await?;
-    Ok(Ok(GiveBack::JustNow(summary)))
+    Ok(Ok(GiveBack::Settling(summary, HANDOVER_PAUSE)))
 }
 
 /// How long a give-back waits for another EndpointSlice of the `kubernetes`
 /// Service before ours goes anyway: the mirroring controller answers within
 /// a second; without it (no kube-controller-manager) nothing will come.
-const OTHER_SLICE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+const OTHER_SLICE_WAIT: Duration = Duration::from_secs(10);
 
 /// Wait (bounded) until an EndpointSlice of the `kubernetes` Service that is
 /// not ours holds a ready endpoint.
@@ -497,7 +539,7 @@ async fn await_other_slice(client: &Client) -> Result<(), Unreachable> {
         if other || tokio::time::Instant::now() >= deadline {
             return Ok(());
         }
-        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 

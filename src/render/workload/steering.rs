@@ -5,7 +5,7 @@
 //! (deletion, opt-out, a steering switch) it writes that back first. Pure:
 //! the controller does the reads and writes.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, time::Duration};
 
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Endpoints, Service},
@@ -77,6 +77,38 @@ pub struct SteeringRecord {
     /// selected again before our endpoints go.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub service_released: bool,
+    /// When a path was last replaced (a give-back, a steering switch), in
+    /// Unix seconds. The replaced path's proxy stays until kube-proxy on
+    /// every node has had the handover pause to take the new path in,
+    /// whatever wakes the controller before: a proxy that stops while
+    /// kube-proxy still sends pods to it refuses their connections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced_at: Option<i64>,
+    /// When, during a hand-over to service steering, the EndpointSlice
+    /// controller was first seen listing every ready proxy pod, in Unix
+    /// seconds. The Service turns `internalTrafficPolicy: Local` only once
+    /// kube-proxy had the handover pause to take those slices in: its
+    /// Service and EndpointSlice watches are apart, and `Local` with none
+    /// of the node's endpoints known drops every connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxies_listed_at: Option<i64>,
+}
+
+impl SteeringRecord {
+    /// How much longer the replaced path's proxy must stay, at `now` (Unix
+    /// seconds); `None` once `pause` has passed since the replacement, or
+    /// when none is recorded.
+    pub fn handover_wait(&self, now: i64, pause: Duration) -> Option<Duration> {
+        wait_since(self.replaced_at?, now, pause)
+    }
+}
+
+/// What is left of `pause` begun at `since`, at `now` (Unix seconds);
+/// `None` once it has passed. A clock that went back waits at most one
+/// pause from now.
+pub fn wait_since(since: i64, now: i64, pause: Duration) -> Option<Duration> {
+    let elapsed = now.saturating_sub(since).max(0).unsigned_abs();
+    Some(pause.saturating_sub(Duration::from_secs(elapsed))).filter(|w| !w.is_zero())
 }
 
 /// The `default/kubernetes` Service fields service steering sets.
@@ -242,6 +274,8 @@ pub fn record(
         endpoint_slice,
         service_unknown,
         service_released: false,
+        replaced_at: None,
+        proxies_listed_at: None,
     }
 }
 
@@ -498,6 +532,38 @@ fn dynamic(value: Value) -> Result<DynamicObject, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_replaced_path_keeps_its_proxy_for_the_whole_pause_whatever_wakes_us() {
+        let pause = Duration::from_secs(5);
+        let at = |replaced_at| SteeringRecord {
+            replaced_at,
+            ..SteeringRecord::default()
+        };
+        assert_eq!(at(None).handover_wait(1_000, pause), None);
+        assert_eq!(
+            at(Some(1_000)).handover_wait(1_000, pause),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(
+            at(Some(1_000)).handover_wait(1_003, pause),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(at(Some(1_000)).handover_wait(1_005, pause), None);
+        // A clock that went back: one pause from now, not longer.
+        assert_eq!(
+            at(Some(1_000)).handover_wait(900, pause),
+            Some(Duration::from_secs(5))
+        );
+        // Kept in the record as Unix seconds, absent when none.
+        let text = serde_json::to_string(&at(Some(1_000))).unwrap();
+        assert!(text.contains(r#""replacedAt":1000"#), "{text}");
+        assert!(
+            !serde_json::to_string(&at(None))
+                .unwrap()
+                .contains("replacedAt")
+        );
+    }
 
     const NOTHING_LIVE: Live<'static> = Live {
         endpoints: None,

@@ -1256,6 +1256,48 @@ async fn discovery_serves_builtin_and_crd_resources_for_dynamic_clients() {
     );
 }
 
+/// What client-go sends (haproxy-ingress, the local run's shared ingress,
+/// is such a client): lists and watches prefer protobuf but accept
+/// anything, and discovery asks for the aggregated format first, then
+/// JSON. The API server picks the first type it can serve; here that is
+/// JSON, labelled so, and the legacy discovery document, which client-go
+/// falls back to by its content type.
+#[tokio::test]
+async fn clients_preferring_protobuf_or_aggregated_discovery_are_answered_json() {
+    let api = TestApi::start().await;
+    let client = api.client();
+    let protobuf_first = "application/vnd.kubernetes.protobuf, */*";
+    let aggregated_first = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+    for (path, accept, kind) in [
+        (
+            "/api/v1/configmaps?limit=500&resourceVersion=0",
+            protobuf_first,
+            "ConfigMapList",
+        ),
+        (
+            "/apis/networking.k8s.io/v1/ingresses?limit=500&resourceVersion=0",
+            protobuf_first,
+            "IngressList",
+        ),
+        ("/api", aggregated_first, "APIVersions"),
+        ("/apis", aggregated_first, "APIGroupList"),
+    ] {
+        let request = http::Request::get(path)
+            .header("accept", accept)
+            .body(kube::client::Body::empty())
+            .unwrap();
+        let response = client.send(request).await.unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/json",
+            "{path}"
+        );
+        let body = response.into_body().collect_bytes().await.unwrap();
+        let doc: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(doc["kind"], kind, "{path}: {doc}");
+    }
+}
 #[tokio::test]
 async fn registered_resources_are_discovered_and_served() {
     let api = TestApi::start().await;
