@@ -20,6 +20,7 @@ mod tls;
 mod upstream;
 
 pub(crate) use ccm::find_ccm_workloads;
+use steering::HANDOVER_PAUSE;
 
 pub use cleanup::{Removal, cleanup};
 use failure::{Unreachable, api_error, render_failed};
@@ -35,10 +36,6 @@ use crate::{
     api::{ControlPlaneIngress, upstream::CapiCluster},
     render::workload::{self, WorkloadInputs},
 };
-
-/// How long a path that was just replaced (a steering switch, a give-back)
-/// keeps its proxy: kube-proxy programs a change within a second or two.
-pub const HANDOVER_PAUSE: Duration = Duration::from_secs(5);
 
 /// Bring the workload cluster to the desired state.
 pub async fn reconcile(

@@ -13,7 +13,6 @@ use k8s_openapi::api::{
 use kube::{Api, Client, ResourceExt, api::DynamicObject};
 
 use super::{
-    HANDOVER_PAUSE,
     failure::{Unreachable, api_error, apply_failed, render_failed, resource_of},
     objects::apply_object,
 };
@@ -379,6 +378,10 @@ async fn delete_ours(
     }
     Ok(())
 }
+
+/// How long a path that was just replaced (a steering switch, a give-back)
+/// keeps its proxy: kube-proxy programs a change within a second or two.
+pub const HANDOVER_PAUSE: Duration = Duration::from_secs(5);
 
 /// What a give-back did.
 pub enum GiveBack {
