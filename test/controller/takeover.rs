@@ -332,9 +332,11 @@ ctx = ssl.create_default_context(cafile=ca)
 while True:
     try:
         # A SYN that finds no listener is lost, not refused (the address is
-        # only bound once the proxy runs): a connect that needs a
-        # retransmission is a lost call.
-        with socket.create_connection((ip, 443), timeout=0.9) as raw:
+        # only bound once the proxy runs). One retransmission (after 1 s) is
+        # a delay client-go's 30 s dial never notices; a connect that needs
+        # a second one (3 s) is a lost call, so a path down for more than a
+        # second or so fails the test.
+        with socket.create_connection((ip, 443), timeout=2.5) as raw:
             raw.settimeout(10)
             with ctx.wrap_socket(raw, server_hostname=ip) as tls:
                 tls.sendall(("GET /version HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nConnection: close\r\n\r\n" % (ip, token)).encode())
