@@ -49,14 +49,17 @@ const APISERVER_PORT: u16 = 6443;
 async fn deleted_with_its_proxy(m: &Management, node: &Arc<Mutex<Node>>) {
     wait_cpi_gone(&m.client, CLUSTER).await;
     until(node, 60, "the proxy removed", async || {
-        !node
-            .lock()
-            .unwrap()
-            .processes
-            .iter()
-            .any(|(n, _)| n.starts_with("proxy-"))
+        proxies_running(&node.lock().unwrap()) == 0
     })
     .await;
+}
+
+/// How many of our proxies run on the node.
+fn proxies_running(node: &Node) -> usize {
+    node.processes
+        .iter()
+        .filter(|(n, _)| n.starts_with("proxy-"))
+        .count()
 }
 
 fn cpi(steering: &str) -> Value {
@@ -251,6 +254,19 @@ async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api() 
         phase_start = Instant::now();
     };
     let daemon_sets = |ns: &str| Api::<DaemonSet>::namespaced(wc.clone(), ns);
+    // A switch is done once the old mode's DaemonSet is gone and one proxy
+    // runs on the node.
+    let old_proxy_removed = async |namespace: &str, what: &str| {
+        until(&node, 60, what, async || {
+            daemon_sets(namespace)
+                .get_opt(NAME)
+                .await
+                .unwrap()
+                .is_none()
+                && proxies_running(&node.lock().unwrap()) == 1
+        })
+        .await;
+    };
     let more_calls = async |what: &str, n: usize| {
         let from = calls(&node.lock().unwrap()).0;
         until(&node, 60, what, async || {
@@ -297,27 +313,7 @@ async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api() 
         message.contains("switched from advertise-address"),
         "{message}"
     );
-    until(
-        &node,
-        60,
-        "the advertise-address proxy removed",
-        async || {
-            daemon_sets("kube-system")
-                .get_opt(NAME)
-                .await
-                .unwrap()
-                .is_none()
-                && node
-                    .lock()
-                    .unwrap()
-                    .processes
-                    .iter()
-                    .filter(|(n, _)| n.starts_with("proxy-"))
-                    .count()
-                    == 1
-        },
-    )
-    .await;
+    old_proxy_removed("kube-system", "the advertise-address proxy removed").await;
     let slices: Api<EndpointSlice> = Api::namespaced(wc.clone(), "default");
     let list = slices
         .list(&ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
@@ -355,27 +351,7 @@ async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api() 
     )
     .await;
     assert!(message.contains("switched from service"), "{message}");
-    until(
-        &node,
-        60,
-        "the service-steering proxy removed",
-        async || {
-            daemon_sets("default")
-                .get_opt(NAME)
-                .await
-                .unwrap()
-                .is_none()
-                && node
-                    .lock()
-                    .unwrap()
-                    .processes
-                    .iter()
-                    .filter(|(n, _)| n.starts_with("proxy-"))
-                    .count()
-                    == 1
-        },
-    )
-    .await;
+    old_proxy_removed("default", "the service-steering proxy removed").await;
     more_calls("calls through the advertise address again", 20).await;
     phase("switched back to advertise-address", &mut phases);
 
