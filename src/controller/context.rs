@@ -7,6 +7,7 @@ use std::{
     time::Duration,
 };
 
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{ApiResource, DynamicObject},
@@ -21,17 +22,33 @@ use super::{
 };
 use crate::{api::ControlPlaneIngress, render::RouteKind, sources::SourceKind};
 
-/// Per-object exponential backoff after errors: 1 s, 2 s, 4 s ... 256 s.
+/// Per-object exponential backoff after errors: 1 s, 2 s, 4 s ... 256 s, as
+/// controller-runtime's per-item limiter does. The delays are backon's;
+/// what is ours is that every object counts its own failures, so one
+/// object that keeps failing never slows another.
 #[derive(Default)]
-pub struct Backoff(Mutex<HashMap<String, u32>>);
+pub struct Backoff(Mutex<HashMap<String, ExponentialBackoff>>);
 
 impl Backoff {
+    fn schedule() -> ExponentialBackoff {
+        ExponentialBuilder::new()
+            .with_min_delay(Duration::from_secs(1))
+            .with_factor(2.0)
+            .with_max_delay(Duration::from_secs(256))
+            .without_max_times()
+            .build()
+    }
+
     /// The delay before the next attempt for `key`, counting this failure.
     pub fn next(&self, key: &str) -> Duration {
         let mut failures = self.0.lock().expect("backoff lock");
-        let n = failures.entry(key.to_string()).or_default();
-        *n = n.saturating_add(1);
-        Duration::from_secs(1u64 << (*n - 1).min(8))
+        failures
+            .entry(key.to_string())
+            .or_insert_with(Self::schedule)
+            .next()
+            // Without a limit on attempts the schedule never ends; were it
+            // to, the longest delay is the safe answer.
+            .unwrap_or(Duration::from_secs(256))
     }
 
     /// Forget failures of `key` after a success.

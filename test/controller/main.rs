@@ -2,6 +2,7 @@
 //! management side of every source kind and flavor, switches, pause, bad
 //! input, missing CRDs, API faults, leader election, steady state, deletion.
 
+mod data_path;
 mod doctor;
 mod faults;
 mod harness;

@@ -10,16 +10,15 @@
 //! hcp-ingress; kube-controller-manager runs every controller (endpoints,
 //! EndpointSlice, mirroring, DaemonSet, garbage collector), so a selector
 //! of the `kubernetes` Service turns into endpoints as on a real cluster.
-//! The rest of the path is the take-over test's (`takeover.rs`): one node in
-//! a network namespace with kube-proxy in iptables mode, the hcp-ingress
-//! proxy run from exactly the ConfigMap and Secret the controller wrote, the
-//! shared ingress (HAProxy routing by SNI), and the test as the kubelet.
+//! The rest of the path is the one in `data_path.rs`, which the take-over
+//! test shares: one node in a network namespace with kube-proxy in iptables
+//! mode, the hcp-ingress proxy run from exactly the ConfigMap and Secret the
+//! controller wrote, the shared ingress (HAProxy routing by SNI), and the
+//! test as the kubelet.
 
 use std::{
-    collections::BTreeMap,
-    fs,
     sync::{Arc, Mutex},
-    time::{Duration, Instant},
+    time::Instant,
 };
 
 use hcp_ingress::render::workload::{NAME, SERVICE_STEERING_ADMIN_PORT};
@@ -31,15 +30,13 @@ use kube::{
 use serde_json::{Value, json};
 
 use crate::{
-    harness::*,
-    takeover::{
-        API_HOST, Kubelet, NODE, Node, POD_CLIENT, SERVICE_IP, WITHIN, calls, ingress_config,
-        metric_sum, require_data_path_tools, spawn_kube_proxy, tail, until,
+    data_path::{
+        API_HOST, CLUSTER, DataPath, Node, WITHIN, Workload, calls, more_calls, more_calls_through,
+        tail, until,
     },
-    workload::{initialized_cluster, put_secret},
+    harness::*,
 };
 
-const CLUSTER: &str = "tenant-01";
 /// Where the shared ingress's host also serves the API server itself, as a
 /// plain TCP pass-through: the "API server's own address" a user writes
 /// into the `kubernetes` Endpoints when asked to.
@@ -80,132 +77,52 @@ fn apiserver_front(listen: &str, apiserver: &str) -> String {
     )
 }
 
-/// Calls so far through the proxy whose admin port is `port` on the node.
-fn proxied(node: &Node, port: u16) -> f64 {
-    node.curl(&format!("http://127.0.0.1:{port}/metrics"))
-        .map(|m| metric_sum(&m, "hcp_proxy_connections_total"))
-        .unwrap_or(0.0)
+/// Apply the ControlPlaneIngress with `steering` and wait until it reports
+/// the `kubernetes` Endpoints steered for the `reason`; its message.
+async fn steer(m: &Management, steering: &str, reason: &str) -> String {
+    apply_value(&m.client, cpi(steering)).await;
+    wait_reason(
+        &m.client,
+        CLUSTER,
+        ("EndpointsSteered", "True", reason),
+        WITHIN,
+    )
+    .await
 }
 
-/// Everything on the path, up and running: the node, the workload API
-/// server, kube-proxy, the ingress, the pod calling the API, the stand-in
-/// kubelet, the management cluster and the controller.
+/// Everything on the path, up and running: the data path with the pod
+/// calling the API, the management cluster and the controller.
 struct Bed {
-    node: Arc<Mutex<Node>>,
-    w: Server,
+    path: DataPath,
     m: Management,
     running: Running,
-    kubelet_task: tokio::task::JoinHandle<()>,
-    /// The shared ingress host, where [`APISERVER_PORT`] serves the API server.
-    ingress: String,
 }
 
 /// The bed; `provider_endpoints`: the control plane provider wrote
 /// `default/kubernetes` Endpoints with the API server's own address before
 /// hcp-ingress (else there are none: the reconciler is off).
-async fn bed(name: &str, provider_endpoints: bool) -> Bed {
-    require_data_path_tools();
-    let node = Arc::new(Mutex::new(Node::new()));
-    let (address, ingress, dir) = {
-        let n = node.lock().unwrap();
-        (n.address.clone(), n.ingress.clone(), n.dir.clone())
-    };
-
+async fn bed(name: &'static str, provider_endpoints: bool) -> Bed {
     // No Endpoints: the API server's reconciler is off and no provider wrote
     // any. Its certificate names the Service IP, for the end, when pods
     // reach it directly.
-    let w = Server::start_real(realkube::Options {
-        name: name.into(),
-        controller_manager: true,
-        endpoint_reconciler: "none".into(),
-        extra_sans: vec![API_HOST.into(), SERVICE_IP.into()],
-        ..realkube::Options::default()
+    let path = DataPath::start(Workload {
+        name,
+        serves_service_ip: true,
     })
     .await;
-    w.check_rejections_of(realkube::CLUSTER_ADMIN_USER);
-    let cluster = w.real();
-    let wc = w.client();
-    cluster.add_real_node(NODE, &address).await.unwrap();
-    let apiserver = cluster.url().trim_start_matches("https://").to_string();
-    fs::write(dir.join("ca.crt"), cluster.ca_pem()).unwrap();
-    let endpoints: Api<Endpoints> = Api::namespaced(wc.clone(), "default");
+    let endpoints: Api<Endpoints> = Api::namespaced(path.w.client(), "default");
     assert!(endpoints.get_opt("kubernetes").await.unwrap().is_none());
+    let ingress = path.ingress();
+    path.node.lock().unwrap().spawn_haproxy(
+        "apiserver-front",
+        false,
+        &apiserver_front(&ingress, &path.apiserver),
+    );
+    // Calls fail until the first steering (nothing to reach): only
+    // failures after the first answer count.
+    path.start_pod();
 
-    let token = cluster.cluster_admin_token().to_string();
-    let kubeconfig = dir.join("kube-proxy.kubeconfig");
-    fs::write(
-        &kubeconfig,
-        cluster.kubeconfig_for("kube-proxy", &token).replace(
-            &format!("https://{apiserver}"),
-            &format!("https://{API_HOST}:443"),
-        ),
-    )
-    .unwrap();
-    {
-        let mut n = node.lock().unwrap();
-        let ingress_cfg = dir.join("ingress.cfg");
-        fs::write(&ingress_cfg, ingress_config(&ingress, &apiserver)).unwrap();
-        n.spawn(
-            "ingress",
-            false,
-            &["haproxy", "-db", "-f", ingress_cfg.to_str().unwrap()],
-        );
-        let front_cfg = dir.join("apiserver-front.cfg");
-        fs::write(&front_cfg, apiserver_front(&ingress, &apiserver)).unwrap();
-        n.spawn(
-            "apiserver-front",
-            false,
-            &["haproxy", "-db", "-f", front_cfg.to_str().unwrap()],
-        );
-        spawn_kube_proxy(&mut n, &kubeconfig);
-        let script = n.dir.join("pod.py");
-        fs::write(&script, POD_CLIENT).unwrap();
-        let (script, ca_file) = (
-            script.display().to_string(),
-            n.dir.join("ca.crt").display().to_string(),
-        );
-        // Calls fail until the first steering (nothing to reach): only
-        // failures after the first answer count.
-        n.spawn(
-            "pod",
-            true,
-            &["python3", "-u", &script, &ca_file, &token, SERVICE_IP],
-        );
-    }
-    let kubelet = Arc::new(tokio::sync::Mutex::new(Kubelet {
-        client: wc.clone(),
-        node: node.clone(),
-        running: BTreeMap::new(),
-        seen: BTreeMap::new(),
-    }));
-    let kubelet_task = {
-        let kubelet = kubelet.clone();
-        tokio::spawn(async move {
-            loop {
-                kubelet.lock().await.sync().await;
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        })
-    };
-
-    let m = management(&[]).await;
-    initialized_cluster(&m, CLUSTER).await;
-    put_secret(
-        &m.client,
-        &format!("{CLUSTER}-kubeconfig"),
-        [("value", w.kubeconfig_yaml())],
-    )
-    .await;
-    put_secret(
-        &m.client,
-        &format!("{CLUSTER}-ca"),
-        [
-            ("tls.crt", cluster.ca_pem().to_string()),
-            ("tls.key", cluster.ca_key_pem().to_string()),
-        ],
-    )
-    .await;
-    let running = m.start();
+    let (m, running) = path.manage().await;
     if provider_endpoints {
         // As a provider writes them: no skip-mirror label, so the mirroring
         // controller gives kube-proxy a slice.
@@ -221,28 +138,15 @@ async fn bed(name: &str, provider_endpoints: bool) -> Bed {
             .await
             .unwrap();
     }
-    Bed {
-        node,
-        w,
-        m,
-        running,
-        kubelet_task,
-        ingress,
-    }
+    Bed { path, m, running }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api() {
     let started = Instant::now();
-    let Bed {
-        node,
-        w,
-        m,
-        running,
-        kubelet_task,
-        ingress,
-    } = bed("steering", false).await;
-    let wc = w.client();
+    let Bed { path, m, running } = bed("steering", false).await;
+    let (node, ingress) = (&path.node, path.ingress());
+    let wc = path.w.client();
     let endpoints: Api<Endpoints> = Api::namespaced(wc.clone(), "default");
     let mut phases = Vec::new();
     let mut phase_start = Instant::now();
@@ -257,20 +161,13 @@ async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api() 
     // A switch is done once the old mode's DaemonSet is gone and one proxy
     // runs on the node.
     let old_proxy_removed = async |namespace: &str, what: &str| {
-        until(&node, 60, what, async || {
+        until(node, 60, what, async || {
             daemon_sets(namespace)
                 .get_opt(NAME)
                 .await
                 .unwrap()
                 .is_none()
                 && proxies_running(&node.lock().unwrap()) == 1
-        })
-        .await;
-    };
-    let more_calls = async |what: &str, n: usize| {
-        let from = calls(&node.lock().unwrap()).0;
-        until(&node, 60, what, async || {
-            calls(&node.lock().unwrap()).0 >= from + n
         })
         .await;
     };
@@ -296,19 +193,12 @@ async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api() 
         WITHIN,
     )
     .await;
-    more_calls("calls through the advertise address", 20).await;
+    more_calls(node, "calls through the advertise address", 20).await;
     phase("advertise-address steered", &mut phases);
 
     // 2. Switch to service steering: the proxy pods run in `default`, next
     // to the Service that selects them.
-    apply_value(&m.client, cpi("service")).await;
-    let message = wait_reason(
-        &m.client,
-        CLUSTER,
-        ("EndpointsSteered", "True", "ServiceSelector"),
-        WITHIN,
-    )
-    .await;
+    let message = steer(&m, "service", "ServiceSelector").await;
     assert!(
         message.contains("switched from advertise-address"),
         "{message}"
@@ -331,28 +221,20 @@ async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api() 
     );
     // kube-proxy follows within a few seconds: the calls then go through
     // the proxy the Service selects.
-    let at_service = proxied(&node.lock().unwrap(), SERVICE_STEERING_ADMIN_PORT);
-    until(
-        &node,
-        60,
+    more_calls_through(
+        node,
+        SERVICE_STEERING_ADMIN_PORT,
         "the calls through the proxy selected by the Service",
-        async || proxied(&node.lock().unwrap(), SERVICE_STEERING_ADMIN_PORT) >= at_service + 20.0,
+        20.0,
     )
     .await;
     phase("switched to service", &mut phases);
 
     // 3. And back.
-    apply_value(&m.client, cpi("advertise-address")).await;
-    let message = wait_reason(
-        &m.client,
-        CLUSTER,
-        ("EndpointsSteered", "True", "AdvertiseAddress"),
-        WITHIN,
-    )
-    .await;
+    let message = steer(&m, "advertise-address", "AdvertiseAddress").await;
     assert!(message.contains("switched from service"), "{message}");
     old_proxy_removed("default", "the service-steering proxy removed").await;
-    more_calls("calls through the advertise address again", 20).await;
+    more_calls(node, "calls through the advertise address again", 20).await;
     phase("switched back to advertise-address", &mut phases);
 
     // 4. Deletion: nothing was recorded to give back, so the proxy stays
@@ -373,7 +255,7 @@ async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api() 
         advice.contains("write Endpoints default/kubernetes with the API server's own address"),
         "{advice}"
     );
-    more_calls("calls while the deletion waits", 10).await;
+    more_calls(node, "calls while the deletion waits", 10).await;
     // As `kubectl edit` would: the API server's address.
     endpoints
         .patch(
@@ -387,7 +269,7 @@ async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api() 
         )
         .await
         .unwrap();
-    deleted_with_its_proxy(&m, &node).await;
+    deleted_with_its_proxy(&m, node).await;
     let ours: Vec<String> = slices
         .list(&ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
         .await
@@ -406,7 +288,7 @@ async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api() 
         ours.is_empty(),
         "our EndpointSlice outlived the proxy: {ours:?}"
     );
-    more_calls("calls to the API server's own address", 20).await;
+    more_calls(node, "calls to the API server's own address", 20).await;
     phase("given back and deleted", &mut phases);
 
     let (answered, failed) = calls(&node.lock().unwrap());
@@ -421,8 +303,7 @@ async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api() 
         "the pod lost the API: {failed:?}\n{}",
         tail(&node.lock().unwrap().log("kube-proxy"), 20)
     );
-    kubelet_task.abort();
-    running.stop().await;
+    path.stop(running).await;
 }
 
 /// Service steering from the start, on a cluster whose provider wrote the
@@ -433,43 +314,22 @@ async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_steering_from_the_start_and_its_give_back_keep_pods_on_the_api() {
     let started = Instant::now();
-    let Bed {
-        node,
-        w,
-        m,
-        running,
-        kubelet_task,
-        ingress: _,
-    } = bed("service-steering", true).await;
-    let wc = w.client();
-    let more_calls = async |what: &str, n: usize| {
-        let from = calls(&node.lock().unwrap()).0;
-        until(&node, 60, what, async || {
-            calls(&node.lock().unwrap()).0 >= from + n
-        })
-        .await;
-    };
-    more_calls("calls to the API server's own address", 20).await;
+    let Bed { path, m, running } = bed("service-steering", true).await;
+    let node = &path.node;
+    let wc = path.w.client();
+    more_calls(node, "calls to the API server's own address", 20).await;
 
     // When each step began, to place a failed call among them.
     let mut steps = vec![("created", unix_time())];
-    apply_value(&m.client, cpi("service")).await;
-    wait_reason(
-        &m.client,
-        CLUSTER,
-        ("EndpointsSteered", "True", "ServiceSelector"),
-        WITHIN,
-    )
-    .await;
+    steer(&m, "service", "ServiceSelector").await;
     steps.push(("steered", unix_time()));
     // kube-proxy follows within a few seconds: the calls then go through
     // the proxy the Service selects.
-    let at_service = proxied(&node.lock().unwrap(), SERVICE_STEERING_ADMIN_PORT);
-    until(
-        &node,
-        60,
+    more_calls_through(
+        node,
+        SERVICE_STEERING_ADMIN_PORT,
         "the calls through the proxy selected by the Service",
-        async || proxied(&node.lock().unwrap(), SERVICE_STEERING_ADMIN_PORT) >= at_service + 20.0,
+        20.0,
     )
     .await;
     let steered_in = started.elapsed();
@@ -479,7 +339,7 @@ async fn service_steering_from_the_start_and_its_give_back_keep_pods_on_the_api(
         .delete(CLUSTER, &DeleteParams::default())
         .await
         .unwrap();
-    deleted_with_its_proxy(&m, &node).await;
+    deleted_with_its_proxy(&m, node).await;
     steps.push(("proxy gone", unix_time()));
     let slices: Api<EndpointSlice> = Api::namespaced(wc.clone(), "default");
     let left: Vec<String> = slices
@@ -506,7 +366,7 @@ async fn service_steering_from_the_start_and_its_give_back_keep_pods_on_the_api(
         .await
         .unwrap();
     assert_eq!(service.spec.unwrap().selector, None);
-    more_calls("calls to the API server's own address again", 20).await;
+    more_calls(node, "calls to the API server's own address again", 20).await;
 
     let (answered, failed) = calls(&node.lock().unwrap());
     eprintln!(
@@ -520,8 +380,7 @@ async fn service_steering_from_the_start_and_its_give_back_keep_pods_on_the_api(
         "the pod lost the API: {failed:?} (steps began at {steps:?})\n{}",
         tail(&node.lock().unwrap().log("kube-proxy"), 20)
     );
-    kubelet_task.abort();
-    running.stop().await;
+    path.stop(running).await;
 }
 
 /// Now in Unix seconds, as the pod's failure lines give it.

@@ -108,6 +108,29 @@ pub fn run_ok(args: &[&str]) {
     );
 }
 
+/// The first of `slots` numbered slots (an address range of the test's)
+/// that no test process holds, and its lock, which holds it while it lives:
+/// a file lock on `<temp dir>/<name>-<slot>.lock`, so tests in other
+/// processes (nextest runs one per test) take other slots, and a killed
+/// process lets go of its slot. Fails naming `what` when all are taken.
+pub fn free_slot(name: &str, slots: u8, what: &str) -> (u8, std::fs::File) {
+    (0..slots)
+        .find_map(|slot| {
+            let path = std::env::temp_dir().join(format!("{name}-{slot}.lock"));
+            let file = std::fs::File::create(path).ok()?;
+            file.try_lock().ok().map(|()| (slot, file))
+        })
+        .unwrap_or_else(|| panic!("{what}"))
+}
+
+/// A veth pair: `host_if` on the host, its peer `ns_if` in the network
+/// namespace `ns`.
+pub fn add_veth(host_if: &str, ns_if: &str, ns: &str) {
+    run_ok(&[
+        "ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if, "netns", ns,
+    ]);
+}
+
 /// A network namespace and a veth pair: the host end holds the backends'
 /// address (a /30 of TEST-NET-3 of this bed only), the other end lives in
 /// the namespace. Deleting the namespace deletes both ends.
@@ -124,14 +147,11 @@ pub struct BackendNet {
 
 impl BackendNet {
     fn new() -> Self {
-        let (slot, lock) = (0..63u8)
-            .find_map(|slot| {
-                let path =
-                    std::env::temp_dir().join(format!("hcp-ingress-consumer-net-{slot}.lock"));
-                let file = std::fs::File::create(path).ok()?;
-                file.try_lock().ok().map(|()| (slot, file))
-            })
-            .expect("a free /30 of 203.0.113.0/24 for the backends");
+        let (slot, lock) = free_slot(
+            "hcp-ingress-consumer-net",
+            63,
+            "a free /30 of 203.0.113.0/24 for the backends",
+        );
         let ns = format!("hcpi-net{slot}");
         let (host_if, ns_if) = (format!("hcpi{slot}h"), format!("hcpi{slot}n"));
         let addr = Ipv4Addr::new(203, 0, 113, 4 * slot + 1);
@@ -146,19 +166,7 @@ impl BackendNet {
             addr,
             _lock: lock,
         };
-        run_ok(&[
-            "ip",
-            "link",
-            "add",
-            &net.host_if,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &ns_if,
-            "netns",
-            &net.ns,
-        ]);
+        add_veth(&net.host_if, &ns_if, &net.ns);
         run_ok(&[
             "ip",
             "addr",

@@ -9,8 +9,10 @@ use std::{
     time::Duration,
 };
 
+use serde_json::{Value, json};
+
 use crate::{
-    bed::{ADMIN_GROUP, ADMIN_USER, API_HOST, Bed, CLUSTER, KONNECTIVITY_HOST, repo},
+    bed::{ADMIN_GROUP, ADMIN_USER, API_HOST, Bed, CLUSTER, KONNECTIVITY_HOST, apply, repo},
     tls::{KONNECTIVITY_GREETING, Seen, look, request, strict_client},
 };
 
@@ -32,6 +34,107 @@ pub fn built_by(script: &str, name: &str) -> PathBuf {
         .unwrap_or_else(|e| panic!("bash runs {script}: {e}"));
     assert!(out.status.success(), "{script} --print-bin-dir {name}");
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// The haproxy-ingress controller `hack/consumers/build.sh` builds.
+pub fn haproxy_ingress_binary() -> PathBuf {
+    bin_dir("haproxy-ingress").join("haproxy-ingress-controller")
+}
+
+/// The files a run of haproxy-ingress needs, for [`crate::bed::ready`]:
+/// the controller, and the Lua files the image's start script copies next
+/// to the config, whose `json` module comes from Debian's lua-json.
+pub fn haproxy_ingress_files() -> Vec<(PathBuf, &'static str)> {
+    vec![
+        (haproxy_ingress_binary(), HOW_TO_BUILD),
+        (
+            bin_dir("haproxy-ingress").join("rootfs/etc/lua/services.lua"),
+            HOW_TO_BUILD,
+        ),
+        (
+            PathBuf::from("/usr/share/lua/5.3/json.lua"),
+            "the lua-json package: apt-get install lua-json",
+        ),
+    ]
+}
+
+/// Start haproxy-ingress against the bed's management cluster, as the
+/// controller of IngressClass `haproxy-ingress`, its output in the bed's
+/// `haproxy-ingress.log`. `frontends` are the entries of its ConfigMap
+/// that say where its HTTP and HTTPS frontends listen: the one thing the
+/// tests place differently (the port the test calls, the addresses it
+/// calls it at). Its other listeners go to loopback, on free ports.
+///
+/// It is not waited for: the checks that follow wait until it answers.
+pub async fn start_haproxy_ingress(bed: &Bed, frontends: Value) -> Process {
+    let bin = bin_dir("haproxy-ingress");
+    let client = &bed.client;
+    apply(
+        client,
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+               "metadata": {"name": "haproxy-ingress"},
+               "spec": {"controller": "haproxy-ingress.github.io/controller"}}),
+        "platform",
+    )
+    .await;
+    apply(
+        client,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ingress"}}),
+        "platform",
+    )
+    .await;
+    // Every listener on a free port and an address of the test's: the
+    // defaults are 80, 443, 1936 and 10253 on every address.
+    let mut data = json!({
+        "bind-ip-addr-tcp": "127.0.0.1",
+        "healthz-port": free_port().to_string(), "bind-ip-addr-healthz": "127.0.0.1",
+        "stats-port": free_port().to_string(), "bind-ip-addr-stats": "127.0.0.1",
+    });
+    let frontends = frontends.as_object().expect("frontends: a JSON object");
+    for (key, value) in frontends {
+        data[key] = value.clone();
+    }
+    apply(
+        client,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "haproxy-ingress", "namespace": "ingress"},
+               "data": data}),
+        "platform",
+    )
+    .await;
+
+    // The Lua files where the image's start script copies them, below the
+    // local filesystem prefix.
+    let prefix = bed.dir.path().join("fs");
+    let lua = prefix.join("etc/haproxy/lua");
+    std::fs::create_dir_all(&lua).unwrap();
+    for entry in std::fs::read_dir(bin.join("rootfs/etc/lua"))
+        .unwrap()
+        .flatten()
+    {
+        std::fs::copy(entry.path(), lua.join(entry.file_name())).unwrap();
+    }
+    // Templates are read from `rootfs/etc/templates` relative to the
+    // working directory when a local filesystem prefix is set.
+    Process::spawn(
+        &haproxy_ingress_binary(),
+        &[
+            format!("--kubeconfig={}", bed.consumer_kubeconfig().display()),
+            format!("--local-filesystem-prefix={}", prefix.display()),
+            "--master-worker".into(),
+            "--configmap=ingress/haproxy-ingress".into(),
+            "--ingress-class=haproxy-ingress".into(),
+            "--healthz-port=0".into(),
+            format!("--healthz-addr=127.0.0.1:{}", free_port()),
+            // Status and Gateway API need POD_NAMESPACE (an in-cluster
+            // run); the Ingress path is what is under test.
+            "--update-status=false".into(),
+            "--watch-gateway=false".into(),
+            "--v=2".into(),
+        ],
+        &bin,
+        bed.dir.path().join("haproxy-ingress.log"),
+    )
 }
 
 /// A free loopback port (released again: the consumer binds it a moment later).

@@ -61,9 +61,9 @@ use serde_json::{Value, json};
 use crate::{
     bed::{
         ADMIN_USER, API_HOST, API_PORT, Bed, CLUSTER, KONNECTIVITY_HOST, KONNECTIVITY_PORT, NS,
-        apply, eventually, ready, run_ok,
+        add_veth, apply, eventually, free_slot, ready, run_ok,
     },
-    consumers::{HOW_TO_BUILD, Process, bin_dir, free_port},
+    consumers::{Process, free_port, haproxy_ingress_files, start_haproxy_ingress},
     tls::der,
 };
 
@@ -73,30 +73,26 @@ const PROXY_NAME: &str = "hcp-ingress-proxy";
 /// The ServiceAccount whose token the pod presents.
 const READER: &str = "whole-path-reader";
 
-fn haproxy_ingress() -> PathBuf {
-    bin_dir("haproxy-ingress").join("haproxy-ingress-controller")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_reaches_its_api_server_through_the_node_proxy_and_the_ingress_while_both_rotate() {
-    let bin = bin_dir("haproxy-ingress");
     if !ready(
         &["haproxy", "iptables", "curl", "unshare", "mount"],
-        &[
-            (haproxy_ingress(), HOW_TO_BUILD),
-            (bin.join("rootfs/etc/lua/services.lua"), HOW_TO_BUILD),
-            (
-                PathBuf::from("/usr/share/lua/5.3/json.lua"),
-                "the lua-json package: apt-get install lua-json",
-            ),
-        ],
+        &haproxy_ingress_files(),
     ) {
         return;
     }
     let bed = Bed::start(&[]).await;
     let net = NodeNet::new();
+    // haproxy-ingress's TLS frontend on the two addresses the nodes reach
+    // the shared ingress at (port `https`), its HTTP one on loopback.
     let https = free_port();
-    let ingress = start_haproxy_ingress(&bed, &net, https).await;
+    let [a, b] = net.ingress;
+    let ingress = start_haproxy_ingress(
+        &bed,
+        json!({"bind-https": format!("{a}:{https},{b}:{https}"),
+               "bind-http": format!("127.0.0.1:{}", free_port())}),
+    )
+    .await;
 
     // The management side of a CAPI workload cluster: an initialized
     // Cluster, its admin kubeconfig and its CA (the tenant's own).
@@ -403,69 +399,6 @@ fn aged_certificate(bed: &Bed) -> pki::Leaf {
     pki::mint_leaf(&ca, &spec).unwrap()
 }
 
-/// haproxy-ingress reading the management cluster, its TLS frontend on the
-/// two addresses the nodes reach the shared ingress at (port `https`), the
-/// rest of its listeners on loopback.
-async fn start_haproxy_ingress(bed: &Bed, net: &NodeNet, https: u16) -> Process {
-    let bin = bin_dir("haproxy-ingress");
-    let client = &bed.client;
-    apply(
-        client,
-        json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
-               "metadata": {"name": "haproxy-ingress"},
-               "spec": {"controller": "haproxy-ingress.github.io/controller"}}),
-        "platform",
-    )
-    .await;
-    apply(
-        client,
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ingress"}}),
-        "platform",
-    )
-    .await;
-    let [a, b] = net.ingress;
-    apply(
-        client,
-        json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "haproxy-ingress", "namespace": "ingress"},
-        "data": {
-            "bind-https": format!("{a}:{https},{b}:{https}"),
-            "bind-http": format!("127.0.0.1:{}", free_port()),
-            "bind-ip-addr-tcp": "127.0.0.1",
-            "healthz-port": free_port().to_string(), "bind-ip-addr-healthz": "127.0.0.1",
-            "stats-port": free_port().to_string(), "bind-ip-addr-stats": "127.0.0.1",
-        }}),
-        "platform",
-    )
-    .await;
-    let prefix = bed.dir.path().join("fs");
-    let lua = prefix.join("etc/haproxy/lua");
-    std::fs::create_dir_all(&lua).unwrap();
-    for entry in std::fs::read_dir(bin.join("rootfs/etc/lua"))
-        .unwrap()
-        .flatten()
-    {
-        std::fs::copy(entry.path(), lua.join(entry.file_name())).unwrap();
-    }
-    Process::spawn(
-        &haproxy_ingress(),
-        &[
-            format!("--kubeconfig={}", bed.consumer_kubeconfig().display()),
-            format!("--local-filesystem-prefix={}", prefix.display()),
-            "--master-worker".into(),
-            "--configmap=ingress/haproxy-ingress".into(),
-            "--ingress-class=haproxy-ingress".into(),
-            "--healthz-port=0".into(),
-            format!("--healthz-addr=127.0.0.1:{}", free_port()),
-            "--update-status=false".into(),
-            "--watch-gateway=false".into(),
-            "--v=2".into(),
-        ],
-        &bin,
-        bed.dir.path().join("haproxy-ingress.log"),
-    )
-}
-
 /// A node and a pod: two network namespaces. The node reaches the shared
 /// ingress at two TEST-NET-2 addresses (198.51.100.0/24) on the host end of
 /// a veth; the pod reaches the node over another veth, default route via
@@ -483,14 +416,11 @@ struct NodeNet {
 impl NodeNet {
     fn new() -> Self {
         // A /29 of 198.51.100.0/24 per slot; the lock spans processes.
-        let (slot, lock) = (0..32u8)
-            .find_map(|slot| {
-                let path =
-                    std::env::temp_dir().join(format!("hcp-ingress-whole-path-net-{slot}.lock"));
-                let file = std::fs::File::create(path).ok()?;
-                file.try_lock().ok().map(|()| (slot, file))
-            })
-            .expect("a free /29 of 198.51.100.0/24 for the node");
+        let (slot, lock) = free_slot(
+            "hcp-ingress-whole-path-net",
+            32,
+            "a free /29 of 198.51.100.0/24 for the node",
+        );
         let base = 8 * slot;
         let net = NodeNet {
             node: format!("hcpi-wp{slot}-node"),
@@ -514,19 +444,7 @@ impl NodeNet {
             run_ok(&["ip", "netns", "add", ns]);
             run_ok(&["ip", "-n", ns, "link", "set", "lo", "up"]);
         }
-        run_ok(&[
-            "ip",
-            "link",
-            "add",
-            &net.host_if,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &node_if,
-            "netns",
-            &net.node,
-        ]);
+        add_veth(&net.host_if, &node_if, &net.node);
         for addr in net.ingress {
             run_ok(&[
                 "ip",
