@@ -327,7 +327,7 @@ echo "haproxy-ingress watches the management API; it wrote and loaded $HI_FS/etc
 
 say "the controller"
 KUBECONFIG=$WORK/mgmt.kubeconfig "$BIN/hcp-ingress" controller \
-  --health-addr 127.0.0.1:19440 --metrics-addr 127.0.0.1:18080 --resync-seconds 5 \
+  --health-addr 127.0.0.1:19440 --metrics-addr 127.0.0.1:18080 --resync-seconds 5 --retry-seconds 2 \
   --proxy-image "hcp-ingress:local" >"$WORK/controller.log" 2>&1 &
 PIDS+=("$(tracked $!)")
 wait_for "controller readiness" curl -sf http://127.0.0.1:19440/readyz

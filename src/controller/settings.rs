@@ -52,6 +52,12 @@ pub struct ControllerArgs {
     /// Seconds between re-checks of a healthy ControlPlaneIngress.
     #[arg(long, default_value_t = 300)]
     pub resync_seconds: u64,
+    /// Seconds between re-checks of an object that waits on something
+    /// outside it: a route the ingress controller does not serve yet, a
+    /// Gateway that has not accepted it yet, a workload cluster not
+    /// reachable yet, a CRD not installed yet.
+    #[arg(long, default_value_t = 30)]
+    pub retry_seconds: u64,
     /// Log format.
     #[arg(long, value_enum, default_value_t)]
     pub log_format: LogFormat,
@@ -123,7 +129,7 @@ impl Settings {
             metrics_addr: Some(args.metrics_addr),
             timing: Tuning {
                 resync: Duration::from_secs(args.resync_seconds.max(1)),
-                retry: Duration::from_secs(30),
+                retry: Duration::from_secs(args.retry_seconds.max(1)),
                 probe_timeout: Duration::from_secs(5),
                 probe_endpoints: args.probe_endpoints,
                 proxy_image: args.proxy_image.clone(),
@@ -195,12 +201,42 @@ pub fn parse_sources(values: &[String]) -> Result<Vec<SourceKind>, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::watch_namespace;
+    use std::time::Duration;
+
+    use super::{ControllerArgs, Settings, watch_namespace};
 
     #[test]
     fn star_and_empty_watch_every_namespace() {
         assert_eq!(watch_namespace("*"), None);
         assert_eq!(watch_namespace(""), None);
         assert_eq!(watch_namespace("tenants"), Some("tenants".to_string()));
+    }
+
+    /// The re-check intervals come from their flags; zero is not a busy
+    /// loop but one second.
+    #[test]
+    fn resync_and_retry_follow_their_flags() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: ControllerArgs,
+        }
+        let settings = |argv: &[&str]| {
+            let cli = Cli::try_parse_from([&["controller"], argv].concat()).unwrap();
+            Settings::from_args(&cli.args).unwrap().timing
+        };
+        let defaults = settings(&[]);
+        assert_eq!(defaults.resync, Duration::from_secs(300));
+        assert_eq!(defaults.retry, Duration::from_secs(30));
+        let set = settings(&["--resync-seconds", "5", "--retry-seconds", "2"]);
+        assert_eq!(
+            (set.resync, set.retry),
+            (Duration::from_secs(5), Duration::from_secs(2))
+        );
+        assert_eq!(
+            settings(&["--retry-seconds", "0"]).retry,
+            Duration::from_secs(1)
+        );
     }
 }
