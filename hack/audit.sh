@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Supply-chain checks with cargo-deny (policy: deny.toml).
-#   licenses, bans, sources: always; a violation fails.
+# Supply-chain checks with cargo-deny (policy: deny.toml), and that every
+# Cargo.toml lists only crates its code uses (cargo-machete).
+#   licenses, bans, sources, unused dependencies: always; a finding fails.
 #   advisories (RustSec vulnerabilities, unmaintained and yanked crates): when
 #   the advisory database (a git repository on GitHub) can be fetched; a
 #   finding fails. Without it the check is reported as NOT RUN, loudly, and
@@ -21,3 +22,18 @@ else
   echo "hack/audit.sh: advisories NOT RUN: the RustSec database ($db) is unreachable from here" >&2
   if [ "${HCP_AUDIT_REQUIRE_ADVISORIES:-0}" = 1 ]; then exit 1; fi
 fi
+
+# Unused dependencies: cargo-machete reads each package's sources for the
+# crates its Cargo.toml names. Built from crates.io once per version into
+# the tools cache (about a minute), outside the checkout.
+MACHETE_VERSION=0.9.2
+tools="${HCP_TOOLS_BIN:-$HOME/.cache/hcp-ingress/tools/bin}"
+machete="$tools/cargo-machete-$MACHETE_VERSION"
+if [ ! -x "$machete" ]; then
+  root="$(mktemp -d)"
+  cargo install --quiet --locked --version "$MACHETE_VERSION" --root "$root" cargo-machete
+  mkdir -p "$tools"
+  mv "$root/bin/cargo-machete" "$machete"
+  rm -rf "$root"
+fi
+"$machete"
