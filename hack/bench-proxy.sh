@@ -25,7 +25,10 @@
 # from /proc/PID/stat per unit of work: client, ingress and tenants share
 # the cores, so rates are capped by the rig, CPU per unit is not), added
 # p50/p99 latency at c=1, bytes per idle connection (1,000 held, fresh
-# processes), idle RSS; and the rates. Needs loopback only; packages:
+# processes), idle RSS; and the rates; then ../shared/PERF.md's targets,
+# met or not, and for the reencrypt path the floor: our passthrough path's
+# CPU (no TLS of ours) and what each CPU target leaves for TLS on this
+# machine (hack/bench/report.py). Needs loopback only; packages:
 # haproxy nginx wrk openssl python3 curl (see .ci/run).
 #
 # Env: DURATION (s per run, default 2), REPS (default 3), CONNS (default 50),
