@@ -117,10 +117,12 @@ build_controller() {
     && mv "$controller_bin/haproxy-ingress-controller.tmp" "$controller_bin/haproxy-ingress-controller"
 }
 
+# How long a build took; a build that found its binary already built says
+# nothing.
 time_of() {
   local start=$SECONDS
   "$@"
-  log "$1: $((SECONDS - start)) s"
+  if ((SECONDS > start)); then log "$1: $((SECONDS - start)) s"; fi
 }
 time_of build_haproxy
 time_of build_controller
