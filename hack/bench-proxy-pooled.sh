@@ -30,7 +30,6 @@ DURATION=${DURATION:-5}
 REPS=${REPS:-3}
 CONNS=${CONNS:-50}
 POD_CONNS=${POD_CONNS:-200}
-API=api.tenant-a.example.com
 
 . hack/bench/rig.sh
 require haproxy nginx wrk openssl python3 curl ss
@@ -40,61 +39,17 @@ evict "$HCP_INGRESS" "$(command -v haproxy)"
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 workdir bench-pooled
 
-(
-  . hack/bench/pki.sh
-  cd "$W"
-  ca "bench cluster CA"
-  leaf tenant-a rsa:2048 "" "DNS:$API"
-  leaf k0s-rsa rsa:2048 "" "DNS:kubernetes.default.svc,IP:127.0.15.2,IP:127.0.15.3,IP:127.0.15.4"
-  leaf ecdsa ec "-pkeyopt ec_paramgen_curve:P-256" "DNS:kubernetes.default.svc,IP:127.0.15.2,IP:127.0.15.3,IP:127.0.15.4"
-  chmod 644 ./*
-)
+rig_pki "bench cluster CA" "IP:127.0.15.2,IP:127.0.15.3,IP:127.0.15.4"
 
 # The tenant speaks HTTP/2 (as a kube-apiserver does) and HTTP/1.1.
-{ nginx_head tenant; cat <<EOF; } > "$W/tenant.conf"
-  server {
-    listen 127.0.15.1:9001 ssl http2;
-    ssl_certificate $W/tenant-a.crt; ssl_certificate_key $W/tenant-a.key;
-    location / { return 200 '$TENANT_BODY'; }
-  }
-}
-EOF
+{ nginx_head tenant; nginx_server "127.0.15.1:9001 ssl http2" tenant-a "$TENANT_BODY"; echo "}"; } > "$W/tenant.conf"
 nginx -p "$W" -c "$W/tenant.conf" & TENANT_PID=$!; PIDS+=($TENANT_PID)
 
-cat > "$W/ingress.cfg" <<EOF
-global
-  nbthread 1
-  maxconn 8000
-defaults
-  mode tcp
-  timeout connect 5s
-  timeout client 5m
-  timeout server 5m
-frontend ingress
-  bind 127.0.15.1:8443
-  tcp-request inspect-delay 5s
-  tcp-request content accept if { req.ssl_hello_type 1 }
-  use_backend tenant_a if { req.ssl_sni -i $API }
-backend tenant_a
-  server a 127.0.15.1:9001
-EOF
+# The shared ingress (SNI routing) and the anchor, HAProxy with k0smotron's
+# sidecar config and its RSA-2048 leaf.
+ingress_cfg 8000 5m 127.0.15.1:8443 127.0.15.1:9001 > "$W/ingress.cfg"
 haproxy -db -f "$W/ingress.cfg" & INGRESS_PID=$!; PIDS+=($INGRESS_PID)
-
-cat > "$W/anchor.cfg" <<EOF
-global
-  nbthread 1
-defaults
-  timeout connect 5s
-  timeout client 5m
-  timeout server 5m
-frontend kubeapi_front
-    bind 127.0.15.2:7443 v4v6 ssl crt $W/k0s-rsa.pem
-    mode tcp
-    default_backend kubeapi_back
-backend kubeapi_back
-    mode tcp
-    server kube_api 127.0.15.1:8443 ssl verify required ca-file $W/ca.crt sni str($API)
-EOF
+sidecar_cfg "" 5m 127.0.15.2:7443 "ssl crt $W/k0s-rsa.pem" "$(k0s_upstream 127.0.15.1:8443)" > "$W/anchor.cfg"
 haproxy -db -f "$W/anchor.cfg" & ANCHOR_PID=$!; PIDS+=($ANCHOR_PID)
 
 proxy() { # address mode
@@ -115,10 +70,6 @@ EOF
 proxy 127.0.15.3 reencrypt; REENCRYPT_PID=${PIDS[-1]}
 proxy 127.0.15.4 pooled; POOLED_PID=${PIDS[-1]}
 
-wait_ok() { # url
-  for _ in $(seq 1 100); do curl -ksf -o /dev/null "$1" && return 0; sleep 0.1; done
-  echo "error: $1 never answered" >&2; exit 1
-}
 for u in https://127.0.15.1:9001/ http://127.0.15.3:9445/readyz http://127.0.15.4:9445/readyz \
          https://127.0.15.2:7443/ https://127.0.15.3:7443/ https://127.0.15.4:7443/; do wait_ok "$u"; done
 

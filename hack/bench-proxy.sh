@@ -71,7 +71,6 @@ IDLE=${IDLE:-1000}
 PROXY_THREADS=${PROXY_THREADS:-1}
 PROFILE=${PROFILE:-release}
 PATHS=${PATHS:-reencrypt passthrough proxyv2}
-API=api.tenant-a.example.com
 # Every address of the rig is $NET.1-4 (all of 127/8 is local): another rig
 # running at the same time on the machine needs another NET.
 NET=${NET:-127.0.0}
@@ -84,64 +83,35 @@ ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 evict "$HCP_INGRESS" ${HCP_INGRESS_B:+"$HCP_INGRESS_B"} "$(command -v haproxy)"
 workdir bench-proxy
 
-# --- PKI: cluster CA, tenant API certs (RSA-2048 like a kube-apiserver),
-# k0smotron's RSA-2048 proxy leaf, our ECDSA P-256 leaf, a client cert.
-(
-  . hack/bench/pki.sh
-  cd "$W"
-  ca "bench cluster CA"
-  leaf tenant-a rsa:2048 "" "DNS:$API"
-  leaf tenant-b rsa:2048 "" "DNS:api.tenant-b.example.com"
-  leaf k0s-rsa rsa:2048 "" "DNS:kubernetes.default.svc,IP:$NET.2,IP:$NET.3,IP:10.96.0.1"
-  leaf ecdsa ec "-pkeyopt ec_paramgen_curve:P-256" "DNS:kubernetes.default.svc,IP:$NET.2,IP:$NET.3,IP:$NET.4,IP:10.96.0.1"
-  leaf client ec "-pkeyopt ec_paramgen_curve:P-256" "DNS:bench-client" clientAuth
-  chmod 644 ./*
-)
+# --- PKI: rig_pki's certificates (our ECDSA leaf also names $NET.4, where
+# the A/B binary listens), tenant B's API certificate and a client
+# certificate for the passthrough path.
+rig_pki "bench cluster CA" "IP:$NET.2,IP:$NET.3,IP:10.96.0.1" "IP:$NET.2,IP:$NET.3,IP:$NET.4,IP:10.96.0.1"
+pki leaf tenant-b rsa:2048 "" "DNS:api.tenant-b.example.com"
+pki leaf client ec "-pkeyopt ec_paramgen_curve:P-256" "DNS:bench-client" clientAuth
 
 # --- tenant stand-ins: one nginx process, ~260-byte JSON body, tickets on;
 # tenant A echoes the client certificate's subject.
-{ nginx_head backends; cat <<EOF; } > "$W/backends.conf"
-  $([ "${UPSTREAM_TLS13:-}" = 1 ] && echo "ssl_protocols TLSv1.2 TLSv1.3;")
-  server {
-    listen $NET.1:9001 ssl;
-    ssl_certificate $W/tenant-a.crt; ssl_certificate_key $W/tenant-a.key;
-    ssl_client_certificate $W/ca.crt; ssl_verify_client optional;
-    add_header X-Client-DN \$ssl_client_s_dn always;
-    location / { return 200 '$TENANT_BODY'; }
-  }
-  server {
-    listen $NET.1:9002 ssl;
-    ssl_certificate $W/tenant-b.crt; ssl_certificate_key $W/tenant-b.key;
-    location / { return 200 '{"tenant":"b"}'; }
-  }
-}
-EOF
+{
+  nginx_head backends
+  if [ "${UPSTREAM_TLS13:-}" = 1 ]; then echo "  ssl_protocols TLSv1.2 TLSv1.3;"; fi
+  nginx_server "$NET.1:9001 ssl" tenant-a "$TENANT_BODY" \
+    "ssl_client_certificate $W/ca.crt; ssl_verify_client optional;" \
+    "add_header X-Client-DN \$ssl_client_s_dn always;"
+  nginx_server "$NET.1:9002 ssl" tenant-b '{"tenant":"b"}'
+  echo "}"
+} > "$W/backends.conf"
 nginx -p "$W" -c "$W/backends.conf" & PIDS+=($!)
 NGINX_PID=$!
 
 # --- shared ingress: HAProxy routing by SNI, L4; and by the PROXY v2
 # authority TLV (HAProxy's own send-proxy-v2 sends none: default backend).
-cat > "$W/ingress.cfg" <<EOF
-global
-  nbthread 1
-  maxconn 8000
-defaults
-  mode tcp
-  timeout connect 5s
-  timeout client 5m
-  timeout server 5m
-frontend ingress
-  bind $NET.1:8443
-  tcp-request inspect-delay 5s
-  tcp-request content accept if { req.ssl_hello_type 1 }
-  use_backend tenant_a if { req.ssl_sni -i $API }
+{ ingress_cfg 8000 5m "$NET.1:8443" "$NET.1:9001"; cat <<EOF; } > "$W/ingress.cfg"
   use_backend tenant_b if { req.ssl_sni -i api.tenant-b.example.com }
 frontend ingress_pp
   bind $NET.1:8444 accept-proxy
   use_backend tenant_b if { fc_pp_authority -i api.tenant-b.example.com }
   default_backend tenant_a
-backend tenant_a
-  server a $NET.1:9001
 backend tenant_b
   server b $NET.1:9002
 EOF
@@ -151,27 +121,12 @@ haproxy -db -f "$W/ingress.cfg" & PIDS+=($!)
 # sidecar config, verbatim frontend/backend, and the L4 configs doing the
 # same work as our passthrough and PROXY v2 paths.
 hap() { # name port frontend-bind-extra backend-server-line
-  cat > "$W/hap-$1.cfg" <<EOF
-global
-  nbthread 1
-  maxconn 8000
-defaults
-  timeout connect 5s
-  timeout client 5m
-  timeout server 5m
-frontend kubeapi_front
-    bind $NET.2:$2 v4v6 $3
-    mode tcp
-    default_backend kubeapi_back
-backend kubeapi_back
-    mode tcp
-    $4
-EOF
+  sidecar_cfg 8000 5m "$NET.2:$2" "$3" "$4" > "$W/hap-$1.cfg"
   haproxy -db -f "$W/hap-$1.cfg" & PIDS+=($!)
   eval "HAP_$1=$!"
 }
-hap k0s 7443 "ssl crt $W/k0s-rsa.pem" "server kube_api $NET.1:8443 ssl verify required ca-file $W/ca.crt sni str($API)"
-hap ecdsa 7444 "ssl crt $W/ecdsa.pem" "server kube_api $NET.1:8443 ssl verify required ca-file $W/ca.crt sni str($API)"
+hap k0s 7443 "ssl crt $W/k0s-rsa.pem" "$(k0s_upstream "$NET.1:8443")"
+hap ecdsa 7444 "ssl crt $W/ecdsa.pem" "$(k0s_upstream "$NET.1:8443")"
 hap l4 7445 "" "server kube_api $NET.1:8443"
 hap pp 7446 "" "server kube_api $NET.1:8444 send-proxy-v2"
 
@@ -210,10 +165,6 @@ if [ -n "${HCP_INGRESS_B:-}" ]; then
   ours re_b 7443 reencrypt 8443 9448 $NET.4 "$HCP_INGRESS_B"
 fi
 
-wait_ok() { # url [curl args]
-  for _ in $(seq 1 300); do curl -ksf -o /dev/null "$@" && return 0; sleep 0.1; done
-  echo "error: $1 never answered" >&2; exit 1
-}
 wait_ok https://$NET.1:9001/
 for p in 9445 9446 9447; do wait_ok "http://$NET.3:$p/readyz"; done
 [ -z "$OURS_re_b" ] || wait_ok http://$NET.4:9448/readyz

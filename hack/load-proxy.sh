@@ -26,7 +26,6 @@ HOLD=${HOLD:-60}
 EXTRA=${EXTRA:-100}
 ANCHOR=${ANCHOR:-1}
 ANCHOR_HOLD=${ANCHOR_HOLD:-10}
-API=api.tenant-a.example.com
 
 . hack/bench/rig.sh
 require haproxy nginx openssl python3 curl
@@ -42,46 +41,21 @@ proxy_binary load
 evict "$HCP_INGRESS" "$(command -v haproxy)"
 workdir load-proxy
 
-(
-  . hack/bench/pki.sh
-  cd "$W"
-  ca "load cluster CA"
-  leaf tenant-a rsa:2048 "" "DNS:$API"
-  leaf k0s-rsa rsa:2048 "" "DNS:kubernetes.default.svc,IP:127.0.0.2,IP:127.0.0.3"
-  leaf ecdsa ec "-pkeyopt ec_paramgen_curve:P-256" "DNS:kubernetes.default.svc,IP:127.0.0.2,IP:127.0.0.3"
-  chmod 644 ./*
-)
+rig_pki "load cluster CA" "IP:127.0.0.2,IP:127.0.0.3"
 
+# The tenant stand-in and the shared ingress (SNI routing), both sized for
+# N connections held at once.
 CONNS=$(( N + EXTRA + 1000 ))
 # HAProxy wants 2 x maxconn descriptors; the EXTRA never reach the ingress.
 HAP_MAXCONN=$(( N + 10 ))
-{ nginx_head backends "$FDS" "$CONNS" 600s; cat <<CONF; } > "$W/backends.conf"
-  server {
-    listen 127.0.0.1:9001 ssl backlog=4096;
-    ssl_certificate $W/tenant-a.crt; ssl_certificate_key $W/tenant-a.key;
-    location / { return 200 '{"tenant":"a"}'; }
-  }
-}
-CONF
+{
+  nginx_head backends "$FDS" "$CONNS" 600s
+  nginx_server "127.0.0.1:9001 ssl backlog=4096" tenant-a '{"tenant":"a"}'
+  echo "}"
+} > "$W/backends.conf"
 nginx -p "$W" -c "$W/backends.conf" & PIDS+=($!)
 
-cat > "$W/ingress.cfg" <<CONF
-global
-  nbthread 1
-  maxconn $HAP_MAXCONN
-defaults
-  mode tcp
-  timeout connect 5s
-  timeout client 10m
-  timeout server 10m
-frontend ingress
-  bind 127.0.0.1:8443 backlog 4096
-  tcp-request inspect-delay 5s
-  tcp-request content accept if { req.ssl_hello_type 1 }
-  use_backend tenant_a if { req.ssl_sni -i $API }
-backend tenant_a
-  server a 127.0.0.1:9001
-CONF
+ingress_cfg "$HAP_MAXCONN" 10m 127.0.0.1:8443 127.0.0.1:9001 "backlog 4096" > "$W/ingress.cfg"
 haproxy -db -f "$W/ingress.cfg" 2>"$W/ingress.log" & PIDS+=($!)
 
 cat > "$W/proxy.yaml" <<CONF
@@ -101,12 +75,6 @@ CONF
 proxy_argv "$HCP_INGRESS"
 "${PROXY_ARGV[@]}" --config "$W/proxy.yaml" 2>"$W/proxy.log" & PROXY_PID=$!; PIDS+=($PROXY_PID)
 
-wait_ok() { # url
-  for _ in $(seq 1 100); do curl -ksf -o /dev/null "$1" && return 0; sleep 0.1; done
-  echo "error: $1 never answered" >&2
-  tail -n 5 "$W"/*.log >&2 || true
-  exit 1
-}
 wait_ok https://127.0.0.1:9001/
 wait_ok http://127.0.0.3:9445/readyz
 
@@ -162,23 +130,10 @@ measure proxy "$PROXY_PID" 127.0.0.3 7443 8 "$HOLD"
 ACTIVE_AFTER=$(metric 'hcp_proxy_connections_active{path="reencrypt"}')
 kill -0 "$PROXY_PID"
 
+# The anchor, HAProxy with k0smotron's sidecar config and its RSA-2048 leaf,
+# started only now, so that our proxy had the machine to itself.
 if [ "$ANCHOR" = 1 ]; then
-  cat > "$W/anchor.cfg" <<CONF
-global
-  nbthread 1
-  maxconn $HAP_MAXCONN
-defaults
-  timeout connect 5s
-  timeout client 10m
-  timeout server 10m
-frontend kubeapi_front
-    bind 127.0.0.2:7443 v4v6 ssl crt $W/k0s-rsa.pem backlog 4096
-    mode tcp
-    default_backend kubeapi_back
-backend kubeapi_back
-    mode tcp
-    server kube_api 127.0.0.1:8443 ssl verify required ca-file $W/ca.crt sni str($API)
-CONF
+  sidecar_cfg "$HAP_MAXCONN" 10m 127.0.0.2:7443 "ssl crt $W/k0s-rsa.pem backlog 4096" "$(k0s_upstream 127.0.0.1:8443)" > "$W/anchor.cfg"
   haproxy -db -f "$W/anchor.cfg" 2>"$W/anchor.log" & ANCHOR_PID=$!; PIDS+=($ANCHOR_PID)
   wait_ok https://127.0.0.2:7443/
   sleep 1

@@ -54,7 +54,6 @@ SCRIPT_TIMEOUT=${SCRIPT_TIMEOUT:-600}
 SEED=${SEED:-1}
 NET=${NET:-127.0.5}
 OURS_LEAF=${OURS_LEAF:-rsa}
-API=api.tenant-a.example.com
 
 . hack/bench/rig.sh
 require haproxy nginx openssl curl timeout
@@ -233,61 +232,17 @@ workdir tlsfuzzer
 
 # --- PKI: cluster CA, tenant cert, k0smotron's RSA-2048 proxy leaf, the
 # bench's ECDSA P-256 leaf.
-(
-  . hack/bench/pki.sh
-  cd "$W"
-  ca "tlsfuzzer cluster CA"
-  leaf tenant-a rsa:2048 "" "DNS:$API"
-  leaf k0s-rsa rsa:2048 "" "DNS:kubernetes.default.svc,IP:$NET.2,IP:$NET.3"
-  leaf ecdsa ec "-pkeyopt ec_paramgen_curve:P-256" "DNS:kubernetes.default.svc,IP:$NET.2,IP:$NET.3"
-  chmod 644 ./*
-)
+rig_pki "tlsfuzzer cluster CA" "IP:$NET.2,IP:$NET.3"
 
 # --- tenant stand-in (nginx, TLS, as hack/bench-proxy.sh's tenant A).
-{ nginx_head backend 4096 1024 60s; cat <<EOF; } > "$W/backend.conf"
-  server {
-    listen $NET.1:9001 ssl;
-    ssl_certificate $W/tenant-a.crt; ssl_certificate_key $W/tenant-a.key;
-    location / { return 200 '$TENANT_BODY'; }
-  }
-}
-EOF
+{ nginx_head backend 4096 1024 60s; nginx_server "$NET.1:9001 ssl" tenant-a "$TENANT_BODY"; echo "}"; } > "$W/backend.conf"
 nginx -p "$W" -c "$W/backend.conf" & PIDS+=($!)
 
 # --- shared ingress (HAProxy, SNI routing) and the anchor, HAProxy with
 # k0smotron's sidecar frontend/backend verbatim (as hack/bench-proxy.sh).
-cat > "$W/ingress.cfg" <<EOF
-global
-  nbthread 1
-defaults
-  mode tcp
-  timeout connect 5s
-  timeout client 5m
-  timeout server 5m
-frontend ingress
-  bind $NET.1:8443
-  tcp-request inspect-delay 5s
-  tcp-request content accept if { req.ssl_hello_type 1 }
-  use_backend tenant_a if { req.ssl_sni -i $API }
-backend tenant_a
-  server a $NET.1:9001
-EOF
+ingress_cfg "" 5m "$NET.1:8443" "$NET.1:9001" > "$W/ingress.cfg"
 haproxy -db -f "$W/ingress.cfg" & PIDS+=($!)
-cat > "$W/hap-k0s.cfg" <<EOF
-global
-  nbthread 1
-defaults
-  timeout connect 5s
-  timeout client 5m
-  timeout server 5m
-frontend kubeapi_front
-    bind $NET.2:7443 v4v6 ssl crt $W/k0s-rsa.pem
-    mode tcp
-    default_backend kubeapi_back
-backend kubeapi_back
-    mode tcp
-    server kube_api $NET.1:8443 ssl verify required ca-file $W/ca.crt sni str($API)
-EOF
+sidecar_cfg "" 5m "$NET.2:7443" "ssl crt $W/k0s-rsa.pem" "$(k0s_upstream "$NET.1:8443")" > "$W/hap-k0s.cfg"
 haproxy -db -f "$W/hap-k0s.cfg" 2>"$LOGS/hap-stderr.log" & PIDS+=($!)
 HAP_PID=$!
 
@@ -343,10 +298,6 @@ if [[ " $TARGETS " == *" ref "* ]]; then
   REF_PID=$!
 fi
 
-wait_ok() { # url [curl args]
-  for _ in $(seq 1 300); do curl -ksf -o /dev/null --max-time 2 "$@" && return 0; sleep 0.1; done
-  echo "error: $1 never answered" >&2; return 1
-}
 wait_ok "https://$NET.1:9001/"
 wait_ok "https://$NET.2:7443/"
 if has_ours; then wait_ok "http://$NET.3:9445/readyz"; wait_ok "https://$NET.3:7443/"; fi

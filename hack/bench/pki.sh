@@ -1,6 +1,7 @@
-# Test PKI for the benchmark rigs (sourced by hack/bench-proxy.sh,
-# hack/bench-proxy-pooled.sh and hack/load-proxy.sh, inside their work folder): a cluster CA and leaves
-# signed by it, 2 days, serverAuth.
+# Test PKI for the benchmark and conformance rigs (sourced by
+# hack/bench/rig.sh's `pki`, inside the rig's work folder, for
+# hack/bench-proxy.sh, bench-proxy-pooled.sh, load-proxy.sh and
+# tlsfuzzer.sh): a cluster CA and leaves signed by it, 2 days, serverAuth.
 
 # ca CN: ca.key and ca.crt, RSA-2048 like a kubeadm cluster CA.
 ca() {
