@@ -102,8 +102,9 @@ def floor():
     kernel's share compares with HAProxy's RSA signing differs between
     machines, and with it how much of a ratio target is left for TLS.
     """
-    for label, metric, limit, unit in (("new conn", "nccpu", 0.30, "{:.0f}"),
-                                       ("keep-alive req", "kacpu", 0.60, "{:.1f}")):
+    limits = {metric: limit for _, metric, kind, limit in REENCRYPT_TARGETS if kind == "ratio"}
+    for label, metric, unit in (("new conn", "nccpu", "{:.0f}"), ("keep-alive req", "kacpu", "{:.1f}")):
+        limit = limits[metric]
         anchor, l4, re = (get(metric, t) for t in ("hap_k0s", "ours_sni", "ours_re"))
         if None in (anchor, l4, re) or not anchor:
             continue

@@ -30,11 +30,14 @@ use crate::{api::ControlPlaneIngress, render::RouteKind, sources::SourceKind};
 pub struct Backoff(Mutex<HashMap<String, ExponentialBackoff>>);
 
 impl Backoff {
+    /// The longest delay between two attempts.
+    const MAX_DELAY: Duration = Duration::from_secs(256);
+
     fn schedule() -> ExponentialBackoff {
         ExponentialBuilder::new()
             .with_min_delay(Duration::from_secs(1))
             .with_factor(2.0)
-            .with_max_delay(Duration::from_secs(256))
+            .with_max_delay(Self::MAX_DELAY)
             .without_max_times()
             .build()
     }
@@ -48,7 +51,7 @@ impl Backoff {
             .next()
             // Without a limit on attempts the schedule never ends; were it
             // to, the longest delay is the safe answer.
-            .unwrap_or(Duration::from_secs(256))
+            .unwrap_or(Self::MAX_DELAY)
     }
 
     /// Forget failures of `key` after a success.
