@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The test command of the README: format, lints, the dependency audit, the
-# image's proxy build (hack/check-image-proxy.sh), then every test of the workspace.
+# image's proxy build (hack/check-image-proxy.sh), then every test of the workspace,
+# then the real-cluster tests again on the oldest releases we support (the version
+# matrix, docs/compatibility.md).
 # Installs the test peers (haproxy, nginx, iptables, ...) first when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +21,15 @@ done
 bash hack/kube/build.sh >/dev/null
 # clusterctl and the Cluster API manager (test/capi, test/release), likewise.
 bash hack/capi/build.sh >/dev/null
+# The version matrix (docs/compatibility.md): the oldest Kubernetes release of
+# a management and of a workload cluster, and the oldest Cluster API minor.
+# shellcheck source=kube/versions.env
+. hack/kube/versions.env
+# shellcheck source=capi/versions.env
+. hack/capi/versions.env
+kube_management_min="$(HCP_KUBE_VERSION="$KUBE_VERSION_MANAGEMENT_MIN" bash hack/kube/build.sh)"
+kube_workload_min="$(HCP_KUBE_VERSION="$KUBE_VERSION_WORKLOAD_MIN" bash hack/kube/build.sh)"
+HCP_CAPI_VERSION="$CAPI_VERSION_MIN" bash hack/capi/build.sh >/dev/null
 # Traefik, haproxy-ingress and k0smotron (test/ingress), likewise; haproxy-ingress's Lua
 # needs Debian's lua-json.
 [ -f /usr/share/lua/5.3/json.lua ] || bash hack/install-test-deps.sh
@@ -35,4 +46,43 @@ if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --locked --no-fail-fast
 else
   cargo test --workspace --locked --no-fail-fast
+fi
+
+# The version matrix, after the run above on the newest releases (KUBE_VERSION,
+# CAPI_VERSION): the same tests on the oldest releases we support. Every test
+# that starts a management cluster runs it on KUBE_VERSION_MANAGEMENT_MIN and
+# every workload cluster (and its node's kube-proxy) on
+# KUBE_VERSION_WORKLOAD_MIN; a request of the controller either API server
+# rejects fails the test (the harness reads their audit logs).
+# `matrix <cargo test target> [test name filter]`; every one runs, then the
+# script fails if one did. `--workspace`, as above: the same features, so the
+# test binaries above are reused, not built again.
+matrix_failed=()
+matrix() {
+  local target="$1"; shift
+  echo "hack/test.sh: --test $target on management $KUBE_VERSION_MANAGEMENT_MIN, workload $KUBE_VERSION_WORKLOAD_MIN, Cluster API $CAPI_VERSION_MIN" >&2
+  HCP_KUBE_BIN_MANAGEMENT="$kube_management_min" HCP_KUBE_BIN_WORKLOAD="$kube_workload_min" \
+    HCP_CAPI_VERSION="$CAPI_VERSION_MIN" \
+    cargo test --workspace --locked --no-fail-fast --test "$target" -- "$@" \
+    || matrix_failed+=("$target")
+}
+# The controller on both sides, the data path (kube-proxy of the workload
+# release), steering and the doctor; the tests that run on the in-memory API
+# (API faults) have no release to vary and stay out.
+matrix controller --skip faults:: --skip management::api_failures_are_retried \
+  --skip management::leader_election_with_skewed_clocks --skip management::a_renewal_conflict \
+  --skip management::a_failed_discovery
+# clusterctl init, delete and move, and the ClusterResourceSet applied by the
+# Cluster API manager, on the oldest Cluster API minor and management release.
+matrix capi
+# clusterctl's variable substitution of our release assets, same minor.
+matrix release
+# The real ingress controllers reading the routes the controller wrote into a
+# 1.33 management cluster, and a pod's whole path to its tenant's 1.30 API server.
+matrix ingress
+# The chart's objects, as helm renders them, into a 1.33 management cluster.
+matrix chart live::every_ci_values_file_installs
+if (( ${#matrix_failed[@]} )); then
+  echo "hack/test.sh: the version matrix failed: --test ${matrix_failed[*]}" >&2
+  exit 1
 fi

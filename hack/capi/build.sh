@@ -8,10 +8,13 @@
 # kustomized from the module's own config/ as its release does.
 # A second run with everything present returns at once.
 #
-# The module's go.mod replaces sigs.k8s.io/cluster-api/api by ./api; a wrapper
-# module replaces it by the published sigs.k8s.io/cluster-api/api of the same
-# release. Both binaries refuse an API server that reports v0.0.0-master and
-# print their own version from ldflags: set as the release's build sets them.
+# The module's go.mod replaces sigs.k8s.io/cluster-api/api by ./api (v1.14;
+# in v1.13 api/ is a folder of the module itself); a wrapper module replaces
+# it by the published sigs.k8s.io/cluster-api/api of the same release. The
+# core manager and its config/ moved from the module's root (v1.13) to core/
+# (v1.14): the script takes whichever the release has. Both binaries refuse
+# an API server that reports v0.0.0-master and print their own version from
+# ldflags: set as the release's build sets them.
 #
 # Usage: hack/capi/build.sh [--print-dir]
 set -euo pipefail
@@ -62,8 +65,11 @@ build() { # build <output name> <package>
   log "building $1 $CAPI_VERSION (minutes on 2 cores the first time)"
   (cd "$src" && go build -trimpath -ldflags "$ldflags" -o "$bin/$1.tmp" "$2") && mv "$bin/$1.tmp" "$bin/$1"
 }
+# The core manager's main package and config/: core/ since v1.14, the root before.
+core=core manager=sigs.k8s.io/cluster-api/core
+[[ -f "$mod/core/main.go" ]] || core=. manager=sigs.k8s.io/cluster-api
 build clusterctl sigs.k8s.io/cluster-api/cmd/clusterctl
-build capi-manager sigs.k8s.io/cluster-api/core
+build capi-manager "$manager"
 
 # The providers' components, as their release assets are made: kustomize of
 # config/default (the module cache is read-only: kustomize reads it in place).
@@ -75,7 +81,7 @@ component() { # component <provider dir> <file> <config dir>
   kubectl kustomize "$mod/$3" >"$out/$2.tmp" && mv "$out/$2.tmp" "$out/$2"
   install -m 0644 "$mod/metadata.yaml" "$out/metadata.yaml"
 }
-component cluster-api core-components.yaml core/config/default
+component cluster-api core-components.yaml "$core/config/default"
 component bootstrap-kubeadm bootstrap-components.yaml bootstrap/kubeadm/config/default
 component control-plane-kubeadm control-plane-components.yaml controlplane/kubeadm/config/default
 echo "$cache"

@@ -11,7 +11,11 @@
 # published k8s.io/* v0.X.Y of the same release, which is what makes it
 # buildable from the proxy.
 #
-# Usage: hack/kube/build.sh [--print-bin-dir]
+# HCP_KUBE_VERSION=<release> builds another release than KUBE_VERSION (the
+# version matrix builds KUBE_VERSION_MANAGEMENT_MIN and KUBE_VERSION_WORKLOAD_MIN
+# so: 1.30 and 1.33 build with Go 1.26 as they are, and run on the same etcd).
+#
+# Usage: [HCP_KUBE_VERSION=v1.X.Y] hack/kube/build.sh [--print-bin-dir]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=versions.env

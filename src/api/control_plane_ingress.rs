@@ -387,9 +387,11 @@ pub struct ProxySpec {
     /// How pods reach the proxy.
     #[serde(default)]
     pub steering: Steering,
-    /// Node-local address the proxy binds (added to `lo` on every node).
-    #[serde(default = "default_advertise_address")]
-    pub advertise_address: String,
+    /// Node-local address the proxy binds (added to `lo` on every node), in
+    /// the family of the workload cluster's `kubernetes` Service; unset:
+    /// 240.0.0.1 where that Service is IPv4, 100::1 where it is IPv6.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advertise_address: Option<String>,
     /// Ingress addresses; empty: resolve apiHost by DNS.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub upstreams: Vec<String>,
@@ -404,7 +406,7 @@ impl Default for ProxySpec {
             enabled: true,
             mode: ProxyMode::default(),
             steering: Steering::default(),
-            advertise_address: default_advertise_address(),
+            advertise_address: None,
             upstreams: Vec::new(),
             image: String::new(),
         }
@@ -491,17 +493,12 @@ pub struct ProxyStatus {
 
 /// Default port of the shared ingress.
 pub const DEFAULT_INGRESS_PORT: i32 = 443;
-/// Default node-local address of the proxy (reserved 240/4, never routed).
-pub const DEFAULT_ADVERTISE_ADDRESS: &str = "240.0.0.1";
 
 fn default_ingress_port() -> i32 {
     DEFAULT_INGRESS_PORT
 }
 fn default_true() -> bool {
     true
-}
-fn default_advertise_address() -> String {
-    DEFAULT_ADVERTISE_ADDRESS.to_string()
 }
 
 impl ControlPlaneIngressSpec {

@@ -154,14 +154,15 @@ fn check_fields(spec: &ControlPlaneIngressSpec) -> Vec<FieldError> {
         }
     }
     if let Some(proxy) = &spec.proxy {
-        check(
-            "spec.proxy.advertiseAddress",
-            proxy
-                .advertise_address
-                .parse::<IpAddr>()
-                .map(drop)
-                .map_err(|_| format!("{:?} is not an IP address", proxy.advertise_address)),
-        );
+        if let Some(address) = &proxy.advertise_address {
+            check(
+                "spec.proxy.advertiseAddress",
+                address
+                    .parse::<IpAddr>()
+                    .map(drop)
+                    .map_err(|_| format!("{address:?} is not an IP address")),
+            );
+        }
         for (i, upstream) in proxy.upstreams.iter().enumerate() {
             check(
                 &format!("spec.proxy.upstreams[{i}]"),

@@ -185,6 +185,17 @@ async fn install(
         ..WorkloadInputs::default()
     };
     let mut inputs = workload::inputs_from_service(spec.steering, kubernetes.as_ref(), base);
+    // An advertise address of the other family than the live Service's
+    // would look steered while kube-proxy ignores it: refused before any write.
+    if let Err(refused) = workload::check_advertise_family(cpi, inputs.service_ip) {
+        let message = refused.to_string();
+        conditions.push(Desired::failed(
+            types::ENDPOINTS_STEERED,
+            "AddressFamilyMismatch",
+            format!("default/kubernetes is left as it is: {message}"),
+        ));
+        return Ok(stopped(conditions, "InvalidSpec", message, None));
+    }
 
     // The dedicated proxy certificate, from the cluster CA; the API server's key is never read.
     let ca = match tls::cluster_ca(ctx, cpi).await {

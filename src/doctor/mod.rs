@@ -313,19 +313,26 @@ async fn workload_checks(
         state.service.as_ref(),
         workload::WorkloadInputs::default(),
     );
-    let wanted = workload::proxy(cpi, &inputs).ok().flatten();
-    let steering = checks::steering(
-        cpi,
-        wanted.as_ref().map(|w| &w.steering),
-        state.endpoints.as_ref(),
-        state.endpoint_slice.as_ref(),
-        state.service.as_ref(),
-    );
-    out.push(checks::steering_reaches_proxy(
-        cpi,
-        steering,
-        &state.service_slices,
-    ));
+    match workload::proxy(cpi, &inputs) {
+        Ok(wanted) => {
+            let steering = checks::steering(
+                cpi,
+                wanted.as_ref().map(|w| &w.steering),
+                state.endpoints.as_ref(),
+                state.endpoint_slice.as_ref(),
+                state.service.as_ref(),
+            );
+            out.push(checks::steering_reaches_proxy(
+                cpi,
+                steering,
+                state.service.as_ref(),
+                &state.service_slices,
+            ));
+        }
+        // A spec the controller refuses for this cluster (an advertise
+        // address of the other family): it steers nothing.
+        Err(e) => out.push(checks::steering_refused(&e.to_string())),
+    }
     let ours = spec.enabled
         && cpi
             .spec

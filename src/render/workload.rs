@@ -28,9 +28,11 @@ pub use proxy::{
 };
 pub use shared::dynamic;
 pub use shared::{
-    DEFAULT_CLUSTER_DOMAIN, DEFAULT_IMAGE, DEFAULT_SERVICE_IP, ENDPOINT_SLICE_MANAGER, NAME,
-    NAME_LABEL, NAMESPACE, ProxyTls, SERVICE_STEERING_NAMESPACE, SKIP_MIRROR_LABEL, WorkloadError,
-    WorkloadInputs, own_labels, proxy_namespace, proxy_spec, selector_labels,
+    DEFAULT_ADVERTISE_ADDRESS_V4, DEFAULT_ADVERTISE_ADDRESS_V6, DEFAULT_CLUSTER_DOMAIN,
+    DEFAULT_IMAGE, DEFAULT_SERVICE_IP, ENDPOINT_SLICE_MANAGER, NAME, NAME_LABEL, NAMESPACE,
+    ProxyTls, SERVICE_STEERING_NAMESPACE, SKIP_MIRROR_LABEL, WorkloadError, WorkloadInputs,
+    advertise_address, check_advertise_family, own_labels, proxy_namespace, proxy_spec,
+    selector_labels,
 };
 pub use steering::{
     FINISH_WITHOUT_RESTORE_ANNOTATION, Live, RECORD_KEY, RECORD_NAME, Restore, ServiceFields,
@@ -133,6 +135,7 @@ pub fn proxy(
     if !spec.enabled {
         return Ok(None);
     }
+    check_advertise_family(cpi, inputs.service_ip)?;
     let config_map = proxy::config_map(cpi, inputs)?;
     let secret = proxy::secret(&spec, inputs)?;
     let daemon_set = proxy::daemon_set(cpi, inputs)?;
@@ -200,12 +203,10 @@ pub fn proxy_leaf_spec(
     if !spec.enabled || !spec.mode.terminates_tls() {
         return None;
     }
-    // An unparsable address fails validation before anything is applied.
-    let advertise = spec.advertise_address.parse().ok()?;
     Some(LeafSpec::proxy(
         &inputs.cluster_domain,
         inputs.service_ip,
-        advertise,
+        advertise_address(&spec, inputs.service_ip),
         now,
     ))
 }

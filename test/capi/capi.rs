@@ -202,6 +202,7 @@ impl Management {
     pub async fn init(name: &str, clusterctl: &Clusterctl) -> Management {
         let cluster = realkube::Cluster::start(realkube::Options {
             name: name.into(),
+            role: realkube::Role::Management,
             controller_manager: true,
             ..realkube::Options::default()
         })

@@ -51,6 +51,7 @@ fn free_port() -> u16 {
 async fn api_server(name: &str) -> realkube::Cluster {
     let cluster = realkube::Cluster::start(realkube::Options {
         name: name.into(),
+        role: realkube::Role::Management,
         ..realkube::Options::default()
     })
     .await

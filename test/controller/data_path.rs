@@ -51,8 +51,12 @@ pub(crate) const CLUSTER: &str = "tenant-01";
 pub(crate) const API_HOST: &str = "api.tenant-01.example.com";
 /// The one node's name.
 const NODE: &str = "node-0";
-/// The `kubernetes` Service's cluster IP, which the pod calls.
+/// The `kubernetes` Service's cluster IP in an IPv4 cluster, which the pod calls.
 pub(crate) const SERVICE_IP: &str = "10.96.0.1";
+/// The same in a cluster whose `kubernetes` Service is IPv6.
+const SERVICE_IP_V6: &str = "fd00:10:96::1";
+/// The name pods resolve to the `kubernetes` Service's cluster IP.
+const SERVICE_NAME: &str = "kubernetes.default.svc";
 /// How long a step of the controller may take on a loaded 2-core machine.
 pub(crate) const WITHIN: Duration = Duration::from_secs(120);
 
@@ -64,6 +68,47 @@ pub(crate) struct Workload {
     /// pods can then call it directly, once steering has been given back to
     /// Endpoints with its own address.
     pub(crate) serves_service_ip: bool,
+    /// The IP families of the cluster and its node.
+    pub(crate) stack: Stack,
+}
+
+/// The IP families of a workload cluster: of its service CIDRs (the first
+/// one's is the `kubernetes` Service's) and of its node's addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stack {
+    /// IPv4 only.
+    V4,
+    /// IPv6 only.
+    V6,
+    /// Dual-stack, IPv6 first: the `kubernetes` Service is single-stack IPv6.
+    DualV6Primary,
+}
+
+impl Stack {
+    /// `--service-cluster-ip-range`.
+    fn service_cidr(self) -> &'static str {
+        match self {
+            Stack::V4 => "10.96.0.0/12",
+            Stack::V6 => "fd00:10:96::/112",
+            Stack::DualV6Primary => "fd00:10:96::/112,10.96.0.0/12",
+        }
+    }
+
+    /// The `kubernetes` Service's cluster IP: the first of the primary range.
+    pub(crate) fn service_ip(self) -> &'static str {
+        match self {
+            Stack::V4 => SERVICE_IP,
+            Stack::V6 | Stack::DualV6Primary => SERVICE_IP_V6,
+        }
+    }
+
+    /// The API server's `--advertise-address`, of the primary family.
+    fn apiserver_address(self) -> &'static str {
+        match self {
+            Stack::V4 => "192.0.2.10",
+            Stack::V6 | Stack::DualV6Primary => "2001:db8::10",
+        }
+    }
 }
 
 /// The node up and running with its kube-proxy, the shared ingress in front
@@ -80,6 +125,8 @@ pub(crate) struct DataPath {
     token: String,
     /// The kubelet's task, running until [`DataPath::stop`].
     kubelet: tokio::task::JoinHandle<()>,
+    /// The cluster's IP families.
+    pub(crate) stack: Stack,
 }
 
 impl DataPath {
@@ -87,27 +134,34 @@ impl DataPath {
     /// and the kubelet.
     pub(crate) async fn start(workload: Workload) -> DataPath {
         require_data_path_tools();
-        let node = Arc::new(Mutex::new(Node::new()));
-        let (address, ingress, dir) = {
+        let stack = workload.stack;
+        let node = Arc::new(Mutex::new(Node::new(stack)));
+        let (addresses, ingress, dir) = {
             let n = node.lock().unwrap();
-            (n.address.clone(), n.ingress.clone(), n.dir.clone())
+            (n.addresses.clone(), n.ingress.clone(), n.dir.clone())
         };
 
         let mut extra_sans = vec![API_HOST.to_string()];
         if workload.serves_service_ip {
-            extra_sans.push(SERVICE_IP.into());
+            extra_sans.extend([stack.service_ip().to_string(), SERVICE_NAME.to_string()]);
         }
         let w = Server::start_real(realkube::Options {
             name: workload.name.into(),
             controller_manager: true,
             endpoint_reconciler: "none".into(),
             extra_sans,
+            service_cidr: stack.service_cidr().into(),
+            advertise_address: stack.apiserver_address().into(),
             ..realkube::Options::default()
         })
         .await;
         w.check_rejections_of(realkube::CLUSTER_ADMIN_USER);
         let cluster = w.real();
-        cluster.add_real_node(NODE, &address).await.unwrap();
+        let addresses: Vec<&str> = addresses.iter().map(String::as_str).collect();
+        cluster
+            .add_real_node_with_addresses(NODE, &addresses)
+            .await
+            .unwrap();
         let apiserver = cluster.url().trim_start_matches("https://").to_string();
         fs::write(dir.join("ca.crt"), cluster.ca_pem()).unwrap();
 
@@ -136,6 +190,7 @@ impl DataPath {
             apiserver,
             token,
             kubelet,
+            stack,
         }
     }
 
@@ -148,6 +203,17 @@ impl DataPath {
     /// something serves the Service; [`calls`] counts only the failures
     /// after the first answer.
     pub(crate) fn start_pod(&self) {
+        self.start_pod_calling(&[self.stack.service_ip()]);
+    }
+
+    /// [`DataPath::start_pod`], the pod calling by turns the Service IP and
+    /// `kubernetes.default.svc`, which the node resolves to it as cluster
+    /// DNS would.
+    pub(crate) fn start_pod_by_ip_and_name(&self) {
+        self.start_pod_calling(&[self.stack.service_ip(), SERVICE_NAME]);
+    }
+
+    fn start_pod_calling(&self, targets: &[&str]) {
         let mut n = self.node.lock().unwrap();
         let script = n.dir.join("pod.py");
         fs::write(&script, POD_CLIENT).unwrap();
@@ -155,11 +221,9 @@ impl DataPath {
             script.display().to_string(),
             n.dir.join("ca.crt").display().to_string(),
         );
-        n.spawn(
-            "pod",
-            true,
-            &["python3", "-u", &script, &ca_file, &self.token, SERVICE_IP],
-        );
+        let mut args = vec!["python3", "-u", &script, &ca_file, &self.token];
+        args.extend(targets);
+        n.spawn("pod", true, &args);
     }
 
     /// The management cluster with [`CLUSTER`] initialized, its kubeconfig
@@ -251,9 +315,11 @@ pub(crate) struct Node {
     ns: String,
     /// The host's end of the veth pair.
     host_link: String,
-    /// The node's address (its InternalIP).
+    /// The node's address (its InternalIP of the primary family).
     address: String,
-    /// The shared ingress's address, on the host side.
+    /// Its InternalIPs, one per family, the primary first.
+    addresses: Vec<String>,
+    /// The shared ingress's address, on the host side, of the primary family.
     ingress: String,
     /// Where the node's files and its processes' logs are.
     pub(crate) dir: PathBuf,
@@ -262,51 +328,62 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    /// A new node with its namespace, veth pair, routes and hosts file.
-    fn new() -> Node {
+    /// A new node with its namespace, veth pair, routes and hosts file, its
+    /// addresses of the families of `stack`.
+    fn new(stack: Stack) -> Node {
         let id = id();
         let ns = format!("hcpto{id}");
         let (host_link, node_link) = (format!("hto{id}h"), format!("hto{id}n"));
-        // 10.213.<n>.0/30, n from the id: never the same as a parallel run's.
+        // 10.213.<n>.0/30 and 2001:db8:213:<n>::/64 (TEST-NET, documentation
+        // prefix), n from the id: never the same as a parallel run's.
         let n: u32 = id.parse::<u32>().unwrap() % 250 + 1;
-        let (ingress, address) = (format!("10.213.{n}.1"), format!("10.213.{n}.2"));
+        let v4 = (format!("10.213.{n}.1"), format!("10.213.{n}.2"), 30);
+        let v6 = (
+            format!("2001:db8:213:{n:x}::1"),
+            format!("2001:db8:213:{n:x}::2"),
+            64,
+        );
+        let families = match stack {
+            Stack::V4 => vec![v4],
+            Stack::V6 => vec![v6],
+            Stack::DualV6Primary => vec![v6, v4],
+        };
+        let (ingress, address) = (families[0].0.clone(), families[0].1.clone());
         run(&["ip", "netns", "add", &ns]);
         run(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
         run(&[
             "ip", "link", "add", &host_link, "type", "veth", "peer", "name", &node_link, "netns",
             &ns,
         ]);
-        run(&[
-            "ip",
-            "addr",
-            "add",
-            &format!("{ingress}/30"),
-            "dev",
-            &host_link,
-        ]);
+        // No duplicate address detection: an address is usable at once.
+        for (host, node, prefix) in &families {
+            let (host, node) = (format!("{host}/{prefix}"), format!("{node}/{prefix}"));
+            run(&["ip", "addr", "add", &host, "dev", &host_link, "nodad"]);
+            run(&[
+                "ip", "-n", &ns, "addr", "add", &node, "dev", &node_link, "nodad",
+            ]);
+        }
         run(&["ip", "link", "set", &host_link, "up"]);
-        run(&[
-            "ip",
-            "-n",
-            &ns,
-            "addr",
-            "add",
-            &format!("{address}/30"),
-            "dev",
-            &node_link,
-        ]);
         run(&["ip", "-n", &ns, "link", "set", &node_link, "up"]);
         // The service range is routed off the node, as on a real one: the
         // kube-proxy rules rewrite it before it leaves.
-        run(&["ip", "-n", &ns, "route", "add", "default", "via", &ingress]);
-        // The node resolves the tenant's hosts to the shared ingress.
+        for (host, _, _) in &families {
+            run(&["ip", "-n", &ns, "route", "add", "default", "via", host]);
+        }
+        // The node resolves the tenant's hosts to the shared ingress, and
+        // the `kubernetes` Service's name to its cluster IP, as cluster DNS
+        // answers pods.
         let etc = Path::new("/etc/netns").join(&ns);
         fs::create_dir_all(&etc).unwrap();
         fs::write(
             etc.join("hosts"),
-            format!("127.0.0.1 localhost\n{ingress} {API_HOST}\n"),
+            format!(
+                "127.0.0.1 localhost\n::1 localhost\n{ingress} {API_HOST}\n{} {SERVICE_NAME} {SERVICE_NAME}.cluster.local\n",
+                stack.service_ip()
+            ),
         )
         .unwrap();
+        let addresses = families.iter().map(|(_, node, _)| node.clone()).collect();
         let dir = std::env::temp_dir().join(format!("hcp-takeover-{id}"));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
@@ -314,6 +391,7 @@ impl Node {
             ns,
             host_link,
             address,
+            addresses,
             ingress,
             dir,
             processes: Vec::new(),
@@ -488,25 +566,38 @@ pub(crate) fn haproxy_config(dir: &Path) -> String {
     )
 }
 
+/// `address:port`, an IPv6 address in brackets.
+pub(crate) fn host_port(address: &str, port: u16) -> String {
+    match address.parse::<std::net::IpAddr>() {
+        Ok(ip) => std::net::SocketAddr::new(ip, port).to_string(),
+        Err(_) => format!("{address}:{port}"),
+    }
+}
+
 /// The shared ingress: SNI routing, TLS passed through to the tenant API server.
 fn ingress_config(listen: &str, apiserver: &str) -> String {
+    let listen = host_port(listen, 443);
     format!(
         "global\n  maxconn 1000\n\
          defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 5m\n  timeout server 5m\n\
-         frontend shared\n  bind {listen}:443\n  tcp-request inspect-delay 5s\n  tcp-request content accept if {{ req.ssl_hello_type 1 }}\n  use_backend tenant if {{ req.ssl_sni -i {API_HOST} }}\n\
+         frontend shared\n  bind {listen}\n  tcp-request inspect-delay 5s\n  tcp-request content accept if {{ req.ssl_hello_type 1 }}\n  use_backend tenant if {{ req.ssl_sni -i {API_HOST} }}\n\
          backend tenant\n  server api {apiserver}\n"
     )
 }
 
 /// A pod calling the API as client-go does: a new connection to the Service
 /// IP (no SNI), the serving certificate verified against the cluster CA, a
-/// bearer token. One line per call: `ok`, or `fail <unix time> <why>` (the
-/// time places a failure among the test's steps).
+/// bearer token. One line per call: `ok` (`ok <target>` when it calls
+/// several by turns: the Service IP, its name), or `fail <unix time> <why>`
+/// (the time places a failure among the test's steps).
 const POD_CLIENT: &str = r#"
 import socket, ssl, sys, time
-ca, token, ip = sys.argv[1], sys.argv[2], sys.argv[3]
+ca, token, targets = sys.argv[1], sys.argv[2], sys.argv[3:]
 ctx = ssl.create_default_context(cafile=ca)
+turn = 0
 while True:
+    ip = targets[turn % len(targets)]
+    turn += 1
     try:
         # A SYN that finds no listener is lost, not refused (the address is
         # only bound once the proxy runs). One retransmission (after 1 s) is
@@ -525,7 +616,7 @@ while True:
                     answer += chunk
         status = answer.split(b"\r\n", 1)[0]
         if b" 200 " in status and b"gitVersion" in answer:
-            print("ok", flush=True)
+            print("ok" if len(targets) == 1 else "ok " + ip, flush=True)
         else:
             print("fail", "%.3f" % time.time(), status.decode(errors="replace"), flush=True)
     except Exception as e:
@@ -537,10 +628,11 @@ while True:
 /// path is up only once HAProxy and kube-proxy are).
 pub(crate) fn calls(node: &Node) -> (usize, Vec<String>) {
     let log = node.log("pod");
-    let ok = log.lines().filter(|l| *l == "ok").count();
+    let answered = |l: &&str| *l == "ok" || l.starts_with("ok ");
+    let ok = log.lines().filter(answered).count();
     let failed = log
         .lines()
-        .skip_while(|l| *l != "ok")
+        .skip_while(|l| !answered(l))
         .filter(|l| l.starts_with("fail"))
         .map(String::from)
         .collect();
@@ -665,10 +757,14 @@ impl Kubelet {
                 .and_then(|s| s.conditions.as_ref())
                 .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
             if ready && !was_ready {
-                let address = self.node.lock().unwrap().address.clone();
+                let (address, addresses) = {
+                    let node = self.node.lock().unwrap();
+                    (node.address.clone(), node.addresses.clone())
+                };
+                let ips: Vec<_> = addresses.iter().map(|a| json!({"ip": a})).collect();
                 let now = rfc3339_now();
-                let status = json!({"status": {"phase": "Running", "podIP": address, "podIPs": [{"ip": address}],
-                    "hostIP": address, "hostIPs": [{"ip": address}], "startTime": now,
+                let status = json!({"status": {"phase": "Running", "podIP": address, "podIPs": ips,
+                    "hostIP": address, "hostIPs": ips, "startTime": now,
                     "conditions": [
                         {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
                         {"type": "Initialized", "status": "True", "lastTransitionTime": now},

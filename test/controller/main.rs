@@ -4,6 +4,7 @@
 
 mod data_path;
 mod doctor;
+mod families;
 mod faults;
 mod harness;
 mod management;

@@ -31,8 +31,8 @@ use serde_json::{Value, json};
 
 use crate::{
     data_path::{
-        API_HOST, CLUSTER, DataPath, Node, WITHIN, Workload, calls, more_calls, more_calls_through,
-        tail, until,
+        API_HOST, CLUSTER, DataPath, Node, Stack, WITHIN, Workload, calls, host_port, more_calls,
+        more_calls_through, tail, until,
     },
     harness::*,
 };
@@ -69,10 +69,11 @@ fn cpi(steering: &str) -> Value {
 
 /// The API server's address as a TCP pass-through on the ingress host.
 fn apiserver_front(listen: &str, apiserver: &str) -> String {
+    let listen = host_port(listen, APISERVER_PORT);
     format!(
         "global\n  maxconn 1000\n\
          defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 5m\n  timeout server 5m\n\
-         frontend apiserver\n  bind {listen}:{APISERVER_PORT}\n  default_backend api\n\
+         frontend apiserver\n  bind {listen}\n  default_backend api\n\
          backend api\n  server api {apiserver}\n"
     )
 }
@@ -98,16 +99,18 @@ struct Bed {
     running: Running,
 }
 
-/// The bed; `provider_endpoints`: the control plane provider wrote
+/// The bed, its cluster and node of the IP families of `stack`;
+/// `provider_endpoints`: the control plane provider wrote
 /// `default/kubernetes` Endpoints with the API server's own address before
 /// hcp-ingress (else there are none: the reconciler is off).
-async fn bed(name: &'static str, provider_endpoints: bool) -> Bed {
+async fn bed(name: &'static str, stack: Stack, provider_endpoints: bool) -> Bed {
     // No Endpoints: the API server's reconciler is off and no provider wrote
     // any. Its certificate names the Service IP, for the end, when pods
     // reach it directly.
     let path = DataPath::start(Workload {
         name,
         serves_service_ip: true,
+        stack,
     })
     .await;
     let endpoints: Api<Endpoints> = Api::namespaced(path.w.client(), "default");
@@ -120,7 +123,7 @@ async fn bed(name: &'static str, provider_endpoints: bool) -> Bed {
     );
     // Calls fail until the first steering (nothing to reach): only
     // failures after the first answer count.
-    path.start_pod();
+    path.start_pod_by_ip_and_name();
 
     let (m, running) = path.manage().await;
     if provider_endpoints {
@@ -143,8 +146,31 @@ async fn bed(name: &'static str, provider_endpoints: bool) -> Bed {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api() {
+    each_steering_mode_and_switch_and_the_give_back("steering", Stack::V4).await;
+}
+
+/// The same in a cluster whose `kubernetes` Service is IPv6 and whose node
+/// has only IPv6 addresses: kube-proxy programs ip6tables, the proxy binds
+/// the IPv6 default advertise address and dials the ingress over IPv6.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api_over_ipv6() {
+    each_steering_mode_and_switch_and_the_give_back("steering-v6", Stack::V6).await;
+}
+
+/// The same in a dual-stack cluster, IPv6 first: the `kubernetes` Service
+/// is single-stack IPv6 and kube-proxy runs both families.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api_dual_stack_ipv6_primary()
+ {
+    each_steering_mode_and_switch_and_the_give_back("steering-dual", Stack::DualV6Primary).await;
+}
+
+/// The IPv6 address pods are steered at when the user has chosen none.
+const DEFAULT_ADVERTISE_V6: &str = "100::1";
+
+async fn each_steering_mode_and_switch_and_the_give_back(name: &'static str, stack: Stack) {
     let started = Instant::now();
-    let Bed { path, m, running } = bed("steering", false).await;
+    let Bed { path, m, running } = bed(name, stack, false).await;
     let (node, ingress) = (&path.node, path.ingress());
     let wc = path.w.client();
     let endpoints: Api<Endpoints> = Api::namespaced(wc.clone(), "default");
@@ -194,6 +220,16 @@ async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api() 
     )
     .await;
     more_calls(node, "calls through the advertise address", 20).await;
+    if stack != Stack::V4 {
+        // The defaults steer in the Service's family: an IPv4 slice would
+        // be ignored by kube-proxy.
+        let slice = Api::<EndpointSlice>::namespaced(wc.clone(), "default")
+            .get("kubernetes")
+            .await
+            .unwrap();
+        assert_eq!(slice.address_type, "IPv6");
+        assert_eq!(slice.endpoints[0].addresses, [DEFAULT_ADVERTISE_V6]);
+    }
     phase("advertise-address steered", &mut phases);
 
     // 2. Switch to service steering: the proxy pods run in `default`, next
@@ -293,11 +329,20 @@ async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api() 
 
     let (answered, failed) = calls(&node.lock().unwrap());
     eprintln!(
-        "steering data path: {answered} calls answered, {} failed; {} (total {:.0}s)",
+        "steering data path ({stack:?}): {answered} calls answered, {} failed; {} (total {:.0}s)",
         failed.len(),
         phases.join(", "),
         started.elapsed().as_secs_f64()
     );
+    // By address and by name alike.
+    let log = node.lock().unwrap().log("pod");
+    for target in [stack.service_ip(), "kubernetes.default.svc"] {
+        let by = log.lines().filter(|l| *l == format!("ok {target}")).count();
+        assert!(
+            by * 3 > answered,
+            "{by} of {answered} answered calls went to {target}"
+        );
+    }
     assert!(
         failed.is_empty(),
         "the pod lost the API: {failed:?}\n{}",
@@ -314,7 +359,7 @@ async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_steering_from_the_start_and_its_give_back_keep_pods_on_the_api() {
     let started = Instant::now();
-    let Bed { path, m, running } = bed("service-steering", true).await;
+    let Bed { path, m, running } = bed("service-steering", Stack::V4, true).await;
     let node = &path.node;
     let wc = path.w.client();
     more_calls(node, "calls to the API server's own address", 20).await;

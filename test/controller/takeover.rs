@@ -27,7 +27,7 @@ use serde_json::json;
 
 use crate::{
     data_path::{
-        DataPath, SERVICE_IP, WITHIN, Workload, calls, haproxy_config, more_calls,
+        DataPath, SERVICE_IP, Stack, WITHIN, Workload, calls, haproxy_config, more_calls,
         more_calls_through, tail, until,
     },
     harness::*,
@@ -48,6 +48,7 @@ async fn taking_the_node_proxy_over_from_k0smotron_keeps_pods_on_the_api() {
     let path = DataPath::start(Workload {
         name: "takeover",
         serves_service_ip: false,
+        stack: Stack::V4,
     })
     .await;
     let (node, w) = (&path.node, &path.w);

@@ -599,7 +599,7 @@ async fn an_unreachable_workload_api_is_a_condition_then_converges_and_a_rotated
 }
 
 /// The `kubernetes` Endpoints and EndpointSlice addresses, as "ip:port".
-async fn kubernetes_addresses(wc: &Client) -> (Vec<String>, Vec<String>) {
+pub(crate) async fn kubernetes_addresses(wc: &Client) -> (Vec<String>, Vec<String>) {
     let endpoints = Api::<Endpoints>::namespaced(wc.clone(), "default")
         .get_opt("kubernetes")
         .await
@@ -649,7 +649,7 @@ async fn kubernetes_addresses(wc: &Client) -> (Vec<String>, Vec<String>) {
 }
 
 /// The newest Event of `reason` on the ControlPlaneIngress.
-async fn event_note(m: &Management, reason: &str) -> String {
+pub(crate) async fn event_note(m: &Management, reason: &str) -> String {
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(m.client.clone(), NS);
     eventually(&format!("a {reason} Event"), || async {
         events

@@ -166,7 +166,7 @@ prop_compose! {
                 konnectivity_port: konnectivity.as_ref().map(|(_, p)| *p),
             },
             proxy: proxy.map(|(advertise_address, upstreams)| ProxySpec {
-                advertise_address,
+                advertise_address: Some(advertise_address),
                 upstreams,
                 ..ProxySpec::default()
             }),
@@ -448,7 +448,7 @@ fn apply(cpi: &mut ControlPlaneIngress, b: Break) -> String {
             return format!("spec.route.gateway.parentRefs[{}]", g.parent_refs.len() - 1);
         }
         Break::AdvertiseAddress(a) => {
-            spec.proxy.get_or_insert_default().advertise_address = a;
+            spec.proxy.get_or_insert_default().advertise_address = Some(a);
             "spec.proxy.advertiseAddress"
         }
     };

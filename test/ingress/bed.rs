@@ -280,6 +280,7 @@ impl Bed {
         let (management, tenant) = tokio::join!(
             realkube::Cluster::start(realkube::Options {
                 name: "management".into(),
+                role: realkube::Role::Management,
                 controller_manager: true,
                 admission_plugins: vec!["OwnerReferencesPermissionEnforcement".into()],
                 ..realkube::Options::default()

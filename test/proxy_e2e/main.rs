@@ -232,6 +232,32 @@ fn proxy_protocol_mode_routes_on_the_authority_tlv() {
     assert!(w.metric("hcp_proxy_connections_total{path=\"proxy-protocol\"}") >= 1.0);
 }
 
+/// The same over IPv6 end to end: the proxy on the IPv6 advertise address,
+/// the pod dialing the IPv6 service IP, the ingress dialed over IPv6, and a
+/// PROXY v2 header with IPv6 addresses that HAProxy reads and routes on.
+#[test]
+fn proxy_protocol_mode_over_ipv6() {
+    let mut w = World::new(Ingress::HaproxyProxyProtocol);
+    w.listen = world::ADVERTISE6.to_string();
+    w.start_proxy("proxy-protocol", &INGRESS6, "passthroughServerNames: []\n");
+    let ca = w.pki.path("ca-a.crt");
+    let (cert, key) = (w.pki.path("client.crt"), w.pki.path("client.key"));
+    let r = w.get(&[
+        world::SERVICE_IP6,
+        "443",
+        "--ca",
+        &ca,
+        "--cert",
+        &cert,
+        "--key",
+        &key,
+    ]);
+    let t = tenant(&r);
+    assert_eq!(t["tenant"], "a");
+    assert_eq!(t["verify"], "SUCCESS", "{r}");
+    assert!(w.metric("hcp_proxy_connections_total{path=\"proxy-protocol\"}") >= 1.0);
+}
+
 #[test]
 fn killing_one_ingress_instance_keeps_new_connections_working() {
     let mut w = World::new(Ingress::Haproxy);

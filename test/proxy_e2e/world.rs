@@ -143,11 +143,12 @@ impl Pki {
         let ca_b = ca("tenant-b cluster CA");
         fs::write(dir.join("ca-a.crt"), ca_a.pem()).unwrap();
         fs::write(dir.join("ca-b.crt"), ca_b.pem()).unwrap();
-        // Like a real kube-apiserver, tenant A's cert also names the service.
+        // Like a real kube-apiserver, tenant A's cert also names the service
+        // (its IPv6 service IP too, for the pods of the IPv6 tests).
         let (c, k, _) = leaf(
             &ca_a,
             "kube-apiserver",
-            &[API_A, "kubernetes.default.svc", SERVICE_IP],
+            &[API_A, "kubernetes.default.svc", SERVICE_IP, SERVICE_IP6],
             false,
         );
         fs::write(dir.join("tenant-a.crt"), c).unwrap();

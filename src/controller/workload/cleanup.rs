@@ -48,7 +48,10 @@ pub async fn cleanup(ctx: &Context, cpi: &ControlPlaneIngress) -> Result<Removal
         .annotations()
         .get(workload::FINISH_WITHOUT_RESTORE_ANNOTATION)
         .is_some_and(|v| v == "true");
-    let restored = match steering::give_back(ctx, &client, &spec.advertise_address, finish_anyway)
+    let advertise = steering::advertise_address(&client, &spec)
+        .await
+        .map_err(|u| u.message)?;
+    let restored = match steering::give_back(ctx, &client, advertise, finish_anyway)
         .await
         .map_err(|u| u.message)?
     {

@@ -4,7 +4,7 @@
 //! previous mode took, and removal gives everything back before the proxy goes
 //! (the record itself is removed last, with the proxy's objects).
 
-use std::time::Duration;
+use std::{net::IpAddr, time::Duration};
 
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Endpoints, Pod, Service},
@@ -407,7 +407,7 @@ pub(super) fn unix_now() -> i64 {
 pub async fn give_back(
     ctx: &Context,
     client: &Client,
-    advertise_address: &str,
+    advertise_address: IpAddr,
     finish_anyway: bool,
 ) -> Result<Result<GiveBack, String>, Unreachable> {
     let live_endpoints = Api::<Endpoints>::namespaced(client.clone(), "default")
@@ -546,6 +546,20 @@ async fn await_other_slice(client: &Client) -> Result<(), Unreachable> {
     }
 }
 
+/// The advertise address in force in the workload cluster: the user's, or
+/// the default of the family of its live `kubernetes` Service.
+pub async fn advertise_address(
+    client: &Client,
+    spec: &crate::api::ProxySpec,
+) -> Result<IpAddr, Unreachable> {
+    let service = Api::<Service>::namespaced(client.clone(), "default")
+        .get_opt("kubernetes")
+        .await
+        .map_err(|e| api_error("read Service default/kubernetes", e))?;
+    let inputs = workload::inputs_from_service(spec.steering, service.as_ref(), Default::default());
+    Ok(workload::advertise_address(spec, inputs.service_ip))
+}
+
 async fn steered_service(client: &Client) -> Result<bool, Unreachable> {
     Ok(Api::<Service>::namespaced(client.clone(), "default")
         .get_opt("kubernetes")
@@ -558,7 +572,7 @@ async fn steered_service(client: &Client) -> Result<bool, Unreachable> {
 async fn steered_without_record(
     client: &Client,
     live_endpoints: Option<&Endpoints>,
-    advertise_address: &str,
+    advertise_address: IpAddr,
 ) -> Result<bool, Unreachable> {
     let ours = live_endpoints.is_some_and(|e| workload::points_at_proxy(e, advertise_address));
     Ok(ours || steered_service(client).await?)

@@ -570,7 +570,7 @@ fn a_steering_whose_endpoint_slices_hold_no_proxy_fails() {
     };
     let service = cpi(json!({"spec": {"proxy": {"steering": "service"}}}));
     // The selector is right but the proxy pods run elsewhere: no endpoint.
-    let empty = steering_reaches_proxy(&service, passed(), &[slice(json!([]))]);
+    let empty = steering_reaches_proxy(&service, passed(), None, &[slice(json!([]))]);
     assert_eq!(empty.verdict, Verdict::Fail, "{empty:?}");
     assert!(
         empty.detail.contains("must run in default"),
@@ -581,23 +581,37 @@ fn a_steering_whose_endpoint_slices_hold_no_proxy_fails() {
         json!([{"addresses": ["10.0.0.7"], "conditions": {"ready": true}, "nodeName": "n1",
         "targetRef": {"kind": "Pod", "namespace": "default", "name": "hcp-ingress-proxy-x7k2p"}}]),
     );
-    let check = steering_reaches_proxy(&service, passed(), &[selected]);
+    let check = steering_reaches_proxy(&service, passed(), None, &[selected]);
     assert_eq!(check.verdict, Verdict::Pass, "{check:?}");
 
     let advertise = cpi(json!({}));
     let ours = slice(json!([{"addresses": ["240.0.0.1"], "conditions": {"ready": true}}]));
     let theirs = slice(json!([{"addresses": ["10.0.0.5"], "conditions": {"ready": true}}]));
     assert_eq!(
-        steering_reaches_proxy(&advertise, passed(), std::slice::from_ref(&ours)).verdict,
+        steering_reaches_proxy(&advertise, passed(), None, std::slice::from_ref(&ours)).verdict,
         Verdict::Pass
     );
-    let split = steering_reaches_proxy(&advertise, passed(), &[ours, theirs]);
+    let split = steering_reaches_proxy(&advertise, passed(), None, &[ours, theirs]);
     assert_eq!(split.verdict, Verdict::Fail);
     assert!(split.detail.contains("10.0.0.5"), "{}", split.detail);
     // A failed field check stays as it is.
     let failed = Check::new("steering", Verdict::Fail, "x");
     assert_eq!(
-        steering_reaches_proxy(&advertise, failed.clone(), &[]),
+        steering_reaches_proxy(&advertise, failed.clone(), None, &[]),
         failed
     );
+
+    // In a cluster whose `kubernetes` Service is IPv6 the proxy's address
+    // is the IPv6 default, and the IPv4 one is someone else's.
+    let v6: k8s_openapi::api::core::v1::Service = serde_json::from_value(json!({
+        "metadata": {"name": "kubernetes", "namespace": "default"},
+        "spec": {"clusterIP": "fd00:10:96::1", "ports": [{"port": 443}]}}))
+    .unwrap();
+    let ours6 = slice(json!([{"addresses": ["100::1"], "conditions": {"ready": true}}]));
+    let check = steering_reaches_proxy(&advertise, passed(), Some(&v6), &[ours6]);
+    assert_eq!(check.verdict, Verdict::Pass, "{check:?}");
+    let old = slice(json!([{"addresses": ["240.0.0.1"], "conditions": {"ready": true}}]));
+    let check = steering_reaches_proxy(&advertise, passed(), Some(&v6), &[old]);
+    assert_eq!(check.verdict, Verdict::Fail, "{check:?}");
+    assert!(check.detail.contains("100::1"), "{}", check.detail);
 }

@@ -1,6 +1,8 @@
 //! The workload-side hops: the API through the kubeconfig, the steering of
 //! `default/kubernetes`, the node proxy, the CCM environment.
 
+use std::net::IpAddr;
+
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
     core::v1::{Endpoints, Service},
@@ -13,6 +15,12 @@ use crate::{
     api::{ControlPlaneIngress, Steering},
     render::workload::{self, NAME, OverrideTarget, SteeringObjects},
 };
+
+/// The `kubernetes` Service's ClusterIP, as the controller reads it.
+fn service_ip(service: Option<&Service>) -> IpAddr {
+    workload::inputs_from_service(Steering::AdvertiseAddress, service, Default::default())
+        .service_ip
+}
 
 /// The `default/kubernetes` steering: as the controller would write it
 /// (`wanted`, `None` when the proxy is disabled) against what the workload
@@ -51,7 +59,7 @@ pub fn steering(
             Verdict::Pass,
             format!(
                 "Endpoints and EndpointSlice default/kubernetes point at the node proxy ({})",
-                workload::proxy_spec(cpi).advertise_address
+                workload::advertise_address(&workload::proxy_spec(cpi), service_ip(service))
             ),
         ),
         (Steering::Service, true) => Check::new(
@@ -78,6 +86,17 @@ pub fn steering(
     }
 }
 
+/// The steering of a ControlPlaneIngress the controller refuses for this
+/// workload cluster (an advertise address of the other family than the
+/// `kubernetes` Service's): it steers nothing, and `why` says what to fix.
+pub fn steering_refused(why: &str) -> Check {
+    Check::new(
+        "steering",
+        Verdict::Fail,
+        format!("the controller does not steer default/kubernetes: {why}"),
+    )
+}
+
 /// Whether the `kubernetes` Service's EndpointSlices (`slices`, every slice
 /// labelled with its name) really hold the proxy: a Service's fields can be
 /// right while no endpoint reaches the proxy (a selector in the wrong
@@ -86,12 +105,14 @@ pub fn steering(
 pub fn steering_reaches_proxy(
     cpi: &ControlPlaneIngress,
     steering: Check,
+    service: Option<&Service>,
     slices: &[EndpointSlice],
 ) -> Check {
     if steering.verdict != Verdict::Pass {
         return steering;
     }
     let spec = workload::proxy_spec(cpi);
+    let advertise = workload::advertise_address(&spec, service_ip(service));
     let endpoints: Vec<_> = slices
         .iter()
         .flat_map(|s| s.endpoints.iter())
@@ -99,7 +120,10 @@ pub fn steering_reaches_proxy(
         .collect();
     let namespace = workload::proxy_namespace(spec.steering);
     let is_proxy = |e: &k8s_openapi::api::discovery::v1::Endpoint| match spec.steering {
-        Steering::AdvertiseAddress => e.addresses.contains(&spec.advertise_address),
+        Steering::AdvertiseAddress => e
+            .addresses
+            .iter()
+            .any(|a| a.parse::<IpAddr>().ok() == Some(advertise)),
         Steering::Service => e.target_ref.as_ref().is_some_and(|r| {
             r.kind.as_deref() == Some("Pod")
                 && r.namespace.as_deref() == Some(namespace)
@@ -116,8 +140,7 @@ pub fn steering_reaches_proxy(
         .collect();
     let fix = match spec.steering {
         Steering::AdvertiseAddress => format!(
-            "Fix: the controller writes EndpointSlice default/kubernetes with {} once its proxy is ready (see the EndpointsSteered condition); delete any other EndpointSlice labelled kubernetes.io/service-name=kubernetes",
-            spec.advertise_address
+            "Fix: the controller writes EndpointSlice default/kubernetes with {advertise} once its proxy is ready (see the EndpointsSteered condition); delete any other EndpointSlice labelled kubernetes.io/service-name=kubernetes"
         ),
         Steering::Service => format!(
             "Fix: the proxy DaemonSet must run in {namespace} (a Service selects pods of its own namespace only; an hcp-ingress before this fix installed it in kube-system), with ready pods, and kube-controller-manager must run its endpointslice controller; let the controller reconcile (see the EndpointsSteered and ProxyReady conditions)"
@@ -142,9 +165,8 @@ pub fn steering_reaches_proxy(
             "steering",
             Verdict::Fail,
             format!(
-                "the kubernetes Service's EndpointSlices hold {} besides the proxy's {}: part of the traffic bypasses the proxy. {fix}",
+                "the kubernetes Service's EndpointSlices hold {} besides the proxy's {advertise}: part of the traffic bypasses the proxy. {fix}",
                 others.join(", "),
-                spec.advertise_address
             ),
         );
     }

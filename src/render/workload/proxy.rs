@@ -1,6 +1,6 @@
 //! The node proxy: its config, certificate Secret, DaemonSet and steering objects.
 
-use std::{collections::BTreeMap, net::IpAddr};
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::shared::{
     ENDPOINT_SLICE_MANAGER, NAME, ProxyTls, SKIP_MIRROR_LABEL, WorkloadError, WorkloadInputs,
-    bytes, own_labels, proxy_namespace, proxy_spec, selector_labels, typed,
+    advertise_address, bytes, own_labels, proxy_namespace, proxy_spec, selector_labels, typed,
 };
 use crate::{
     api::{ControlPlaneIngress, ProxyMode, ProxySpec, Steering},
@@ -111,7 +111,10 @@ fn config_file(cpi: &ControlPlaneIngress, inputs: &WorkloadInputs) -> RawConfig 
     let spec = proxy_spec(cpi);
     let ingress = &cpi.spec.ingress;
     let (address, manage_address) = match spec.steering {
-        Steering::AdvertiseAddress => (spec.advertise_address.clone(), true),
+        Steering::AdvertiseAddress => (
+            advertise_address(&spec, inputs.service_ip).to_string(),
+            true,
+        ),
         // Pods reach the proxy on the node's own addresses (hostNetwork).
         Steering::Service if inputs.service_ip.is_ipv6() => ("::".to_string(), false),
         Steering::Service => ("0.0.0.0".to_string(), false),
@@ -346,12 +349,11 @@ fn template_revision(template: &Value) -> String {
     md5_hex(template)[..16].to_string()
 }
 
-fn advertise(spec: &ProxySpec) -> (String, &'static str) {
-    let family = match spec.advertise_address.parse::<IpAddr>() {
-        Ok(IpAddr::V6(_)) => "IPv6",
-        _ => "IPv4",
-    };
-    (spec.advertise_address.clone(), family)
+/// The advertise address and its EndpointSlice `addressType`.
+fn advertise(spec: &ProxySpec, inputs: &WorkloadInputs) -> (String, &'static str) {
+    let address = advertise_address(spec, inputs.service_ip);
+    let family = if address.is_ipv6() { "IPv6" } else { "IPv4" };
+    (address.to_string(), family)
 }
 
 pub(super) fn endpoints(
@@ -361,7 +363,7 @@ pub(super) fn endpoints(
     let mut labels = own_labels();
     // The mirroring controller must not turn these into a second EndpointSlice.
     labels.insert(SKIP_MIRROR_LABEL.to_string(), "true".to_string());
-    let (address, _) = advertise(spec);
+    let (address, _) = advertise(spec, inputs);
     typed(
         "Endpoints",
         json!({
@@ -388,7 +390,7 @@ pub(super) fn endpoint_slice(
         "endpointslice.kubernetes.io/managed-by".to_string(),
         ENDPOINT_SLICE_MANAGER.to_string(),
     );
-    let (address, family) = advertise(spec);
+    let (address, family) = advertise(spec, inputs);
     typed(
         "EndpointSlice",
         json!({

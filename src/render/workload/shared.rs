@@ -2,14 +2,19 @@
 //! the workload cluster, the render's inputs and error, and the helpers
 //! that build typed objects.
 
-use std::{collections::BTreeMap, fmt, net::IpAddr};
+use std::{
+    collections::BTreeMap,
+    fmt,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+};
 
 use k8s_openapi::ByteString;
 use kube::api::DynamicObject;
 use serde::{Serialize, de::DeserializeOwned};
 
 use crate::api::{
-    ControlPlaneIngress, MANAGED_BY_LABEL, MANAGER, ProxySpec, Steering, validation::FieldErrors,
+    ControlPlaneIngress, MANAGED_BY_LABEL, MANAGER, ProxySpec, Steering,
+    validation::{FieldError, FieldErrors},
 };
 
 /// Namespace of the steering record, and of the proxy's objects with
@@ -30,6 +35,15 @@ pub const ENDPOINT_SLICE_MANAGER: &str = "controller.hcp-ingress.dev";
 pub const SKIP_MIRROR_LABEL: &str = "endpointslice.kubernetes.io/skip-mirror";
 /// First address of the usual service CIDR (`10.96.0.0/12`).
 pub const DEFAULT_SERVICE_IP: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 96, 0, 1));
+/// The proxy's node-local address where the `kubernetes` Service is IPv4 and
+/// `spec.proxy.advertiseAddress` is unset: from 240.0.0.0/4, reserved for
+/// future use (RFC 1112), which no network routes and Endpoints accept.
+pub const DEFAULT_ADVERTISE_ADDRESS_V4: Ipv4Addr = Ipv4Addr::new(240, 0, 0, 1);
+/// The same where the `kubernetes` Service is IPv6: from 100::/64, the
+/// discard-only prefix (RFC 6666), which no network routes, Endpoints accept
+/// (it is not loopback, link-local or unspecified), and no usual pod or
+/// service CIDR (ULA fd00::/8, a provider's global prefix) overlaps.
+pub const DEFAULT_ADVERTISE_ADDRESS_V6: Ipv6Addr = Ipv6Addr::new(0x100, 0, 0, 0, 0, 0, 0, 1);
 /// Default cluster DNS domain.
 pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
 /// The image of this build, used when neither `spec.proxy.image` nor the
@@ -148,6 +162,50 @@ pub fn proxy_namespace(steering: Steering) -> &'static str {
 /// The proxy settings in force: `spec.proxy`, or its defaults when absent.
 pub fn proxy_spec(cpi: &ControlPlaneIngress) -> ProxySpec {
     cpi.spec.proxy.clone().unwrap_or_default()
+}
+
+/// The advertise address in force for a cluster whose `kubernetes` Service
+/// has `service_ip`: `spec.proxy.advertiseAddress` when set (whatever its
+/// family: a removal must recognise what was steered), else the default of
+/// the Service's family. An unparsable address fails validation before
+/// anything is rendered; here it falls back to the default.
+pub fn advertise_address(spec: &ProxySpec, service_ip: IpAddr) -> IpAddr {
+    match spec.advertise_address.as_deref().map(str::parse::<IpAddr>) {
+        Some(Ok(address)) => address,
+        _ if service_ip.is_ipv6() => IpAddr::V6(DEFAULT_ADVERTISE_ADDRESS_V6),
+        _ => IpAddr::V4(DEFAULT_ADVERTISE_ADDRESS_V4),
+    }
+}
+
+/// `spec.proxy.advertiseAddress` must be of the family of the `kubernetes`
+/// Service: kube-proxy programs a Service only from EndpointSlices of its
+/// own family and ignores the others, so an address of the other family
+/// would cut every pod off the API server while looking steered.
+pub fn check_advertise_family(
+    cpi: &ControlPlaneIngress,
+    service_ip: IpAddr,
+) -> Result<(), WorkloadError> {
+    let spec = proxy_spec(cpi);
+    let Some(Ok(chosen)) = spec.advertise_address.as_deref().map(str::parse::<IpAddr>) else {
+        return Ok(());
+    };
+    if chosen.is_ipv6() == service_ip.is_ipv6() {
+        return Ok(());
+    }
+    let family = |ip: IpAddr| if ip.is_ipv6() { "IPv6" } else { "IPv4" };
+    let default = advertise_address(&ProxySpec::default(), service_ip);
+    Err(WorkloadError::Invalid {
+        object: crate::render::describe(cpi),
+        errors: FieldErrors(vec![FieldError {
+            field: "spec.proxy.advertiseAddress".into(),
+            message: format!(
+                "{chosen} is {}, but the workload cluster's kubernetes Service is {} ({service_ip}): kube-proxy ignores endpoints of another family than the Service's, so pods would lose the API server; set an {} address, or remove the field for the default {default}",
+                family(chosen),
+                family(service_ip),
+                family(service_ip),
+            ),
+        }]),
+    })
 }
 
 /// The labels on every object that is ours in the workload cluster.

@@ -5,7 +5,7 @@
 //! (deletion, opt-out, a steering switch) it writes that back first. Pure:
 //! the controller does the reads and writes.
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{collections::BTreeMap, net::IpAddr, time::Duration};
 
 use k8s_openapi::api::{
     core::v1::{ConfigMap, Endpoints, Service},
@@ -164,15 +164,15 @@ pub struct Restore {
 pub struct Live<'a> {
     /// `default/kubernetes` Endpoints as they are now.
     pub endpoints: Option<&'a Endpoints>,
-    /// `spec.proxy.advertiseAddress`: an address that is the proxy's.
-    pub advertise_address: &'a str,
+    /// The advertise address in force: an address that is the proxy's.
+    pub advertise_address: IpAddr,
     /// [`FINISH_WITHOUT_RESTORE_ANNOTATION`] is set.
     pub finish_anyway: bool,
 }
 
 /// Whether Endpoints send anything to the node proxy: the advertise
 /// address, or a proxy pod that the endpoints controller selected.
-pub fn points_at_proxy(endpoints: &Endpoints, advertise_address: &str) -> bool {
+pub fn points_at_proxy(endpoints: &Endpoints, advertise_address: IpAddr) -> bool {
     endpoints
         .subsets
         .iter()
@@ -184,7 +184,7 @@ pub fn points_at_proxy(endpoints: &Endpoints, advertise_address: &str) -> bool {
                 .chain(s.not_ready_addresses.iter().flatten())
         })
         .any(|a| {
-            a.ip == advertise_address
+            a.ip.parse::<IpAddr>().ok() == Some(advertise_address)
                 || a.target_ref.as_ref().is_some_and(|r| {
                     r.kind.as_deref() == Some("Pod")
                         && r.name
@@ -519,7 +519,16 @@ fn endpoint_addresses(subsets: &Value) -> Vec<String> {
                 .as_array()
                 .into_iter()
                 .flatten()
-                .map(move |a| format!("{}:{}", a["ip"].as_str().unwrap_or("?"), ports.join(",")))
+                .map(move |a| {
+                    let ip = a["ip"].as_str().unwrap_or("?");
+                    // An IPv6 address in brackets, as in any host:port.
+                    let ip = if ip.contains(':') {
+                        format!("[{ip}]")
+                    } else {
+                        ip.to_string()
+                    };
+                    format!("{ip}:{}", ports.join(","))
+                })
                 .collect::<Vec<_>>()
         })
         .collect()
@@ -567,7 +576,7 @@ mod tests {
 
     const NOTHING_LIVE: Live<'static> = Live {
         endpoints: None,
-        advertise_address: "240.0.0.1",
+        advertise_address: IpAddr::V4(std::net::Ipv4Addr::new(240, 0, 0, 1)),
         finish_anyway: false,
     };
 
@@ -761,6 +770,16 @@ mod tests {
     }
 
     #[test]
+    fn given_back_addresses_are_written_as_host_port_in_either_family() {
+        let subsets = json!([{"addresses": [{"ip": "10.0.0.5"}, {"ip": "2001:db8::10"}],
+            "ports": [{"port": 6443}]}]);
+        assert_eq!(
+            endpoint_addresses(&subsets),
+            ["10.0.0.5:6443", "[2001:db8::10]:6443"]
+        );
+    }
+
+    #[test]
     fn endpoints_of_proxy_pods_point_at_the_proxy() {
         let selected: Endpoints = serde_json::from_value(json!({
             "metadata": {"name": "kubernetes", "namespace": "default"},
@@ -768,8 +787,15 @@ mod tests {
                          "ports": [{"port": 6443}]}]
         }))
         .unwrap();
-        assert!(points_at_proxy(&selected, "240.0.0.1"));
-        assert!(!points_at_proxy(&endpoints("10.0.0.5", false), "240.0.0.1"));
-        assert!(points_at_proxy(&endpoints("240.0.0.1", false), "240.0.0.1"));
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(points_at_proxy(&selected, ip("240.0.0.1")));
+        assert!(!points_at_proxy(
+            &endpoints("10.0.0.5", false),
+            ip("240.0.0.1")
+        ));
+        assert!(points_at_proxy(
+            &endpoints("240.0.0.1", false),
+            ip("240.0.0.1")
+        ));
     }
 }

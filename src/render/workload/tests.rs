@@ -96,17 +96,100 @@ fn every_mode_and_steering_renders_a_config_the_proxy_accepts() {
     }
 }
 
-#[test]
-fn ipv6_advertise_address_and_service_cidr() {
-    let c = cpi(json!({"advertiseAddress": "fd00::1"}), json!({}));
-    let cfg = proxy_reads(&c, &inputs());
-    assert_eq!(cfg.listen.addr, "[fd00::1]:443".parse().unwrap());
-    let objects = proxy(&c, &inputs()).unwrap().unwrap();
-    let SteeringObjects::AdvertiseAddress { endpoint_slice, .. } = objects.steering else {
-        panic!()
+/// The steering objects' one address and the EndpointSlice's family.
+fn steered_at(c: &ControlPlaneIngress, i: &WorkloadInputs) -> (String, String, String) {
+    let objects = proxy(c, i).unwrap().unwrap();
+    let SteeringObjects::AdvertiseAddress {
+        endpoints,
+        endpoint_slice,
+    } = objects.steering
+    else {
+        panic!("advertise-address steering")
     };
-    assert_eq!(endpoint_slice.address_type, "IPv6");
+    let subset = &endpoints.subsets.unwrap()[0];
+    (
+        subset.addresses.as_ref().unwrap()[0].ip.clone(),
+        endpoint_slice.endpoints[0].addresses[0].clone(),
+        endpoint_slice.address_type,
+    )
+}
 
+#[test]
+fn an_unset_advertise_address_follows_the_family_of_the_kubernetes_service() {
+    let defaults = cpi(json!({}), json!({}));
+    // IPv4, or dual-stack IPv4-primary (the Service is single-stack IPv4).
+    assert_eq!(
+        steered_at(&defaults, &inputs()),
+        ("240.0.0.1".into(), "240.0.0.1".into(), "IPv4".into())
+    );
+    // IPv6-only, or dual-stack IPv6-primary: an IPv4 slice would be ignored
+    // by kube-proxy, so the address is IPv6, from the discard prefix.
+    let v6 = WorkloadInputs {
+        service_ip: "fd00:10:96::1".parse().unwrap(),
+        ..inputs()
+    };
+    assert_eq!(
+        steered_at(&defaults, &v6),
+        ("100::1".into(), "100::1".into(), "IPv6".into())
+    );
+    let cfg = proxy_reads(&defaults, &v6);
+    assert_eq!(cfg.listen.addr, "[100::1]:443".parse().unwrap());
+    // The proxy's certificate names the address pods are steered at.
+    let leaf = proxy_leaf_spec(&defaults, &v6, std::time::SystemTime::now()).unwrap();
+    assert!(
+        leaf.ip_addresses
+            .contains(&"100::1".parse::<IpAddr>().unwrap()),
+        "{:?}",
+        leaf.ip_addresses
+    );
+    // Nothing of the default lands in the stored object.
+    let stored = serde_json::to_value(&defaults.spec).unwrap();
+    assert!(
+        stored["proxy"].get("advertiseAddress").is_none(),
+        "{stored}"
+    );
+}
+
+#[test]
+fn a_chosen_advertise_address_must_be_of_the_service_family() {
+    let v6 = WorkloadInputs {
+        service_ip: "fd00:10:96::1".parse().unwrap(),
+        ..inputs()
+    };
+    let chosen = cpi(json!({"advertiseAddress": "fd00::1"}), json!({}));
+    assert_eq!(
+        steered_at(&chosen, &v6),
+        ("fd00::1".into(), "fd00::1".into(), "IPv6".into())
+    );
+    assert_eq!(
+        proxy_reads(&chosen, &v6).listen.addr,
+        "[fd00::1]:443".parse().unwrap()
+    );
+
+    for (address, service_ip, families) in [
+        ("240.0.0.1", v6.service_ip, ("IPv4", "IPv6")),
+        ("fd00::1", inputs().service_ip, ("IPv6", "IPv4")),
+    ] {
+        let i = WorkloadInputs {
+            service_ip,
+            ..inputs()
+        };
+        let c = cpi(json!({"advertiseAddress": address}), json!({}));
+        let err = proxy(&c, &i).unwrap_err().to_string();
+        assert!(
+            err.starts_with("ControlPlaneIngress tenants/tenant-01: spec.proxy.advertiseAddress: ")
+                && err.contains(&format!("{address} is {}", families.0))
+                && err.contains(&format!(
+                    "kubernetes Service is {} ({service_ip})",
+                    families.1
+                )),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn service_steering_listens_on_every_address_of_the_service_family() {
     let c = cpi(json!({"steering": "service"}), json!({}));
     let v6 = WorkloadInputs {
         service_ip: "fd00:10:96::1".parse().unwrap(),

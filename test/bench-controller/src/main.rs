@@ -809,6 +809,7 @@ async fn serve(args: &Args) -> Result<(), String> {
         ApiKind::Real => {
             let cluster = realkube::Cluster::start(realkube::Options {
                 name: "bench".into(),
+                role: realkube::Role::Management,
                 ..Default::default()
             })
             .await

@@ -39,7 +39,7 @@ use process::Supervised;
 pub enum Error {
     /// A binary is not built.
     #[error(
-        "{0} is not built: run `bash hack/kube/build.sh` (builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok from the Go module proxy into ~/.cache/hcp-ingress/kube), or set HCP_KUBE_BIN to a folder that holds them"
+        "{0} is not built: run `bash hack/kube/build.sh` (builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok from the Go module proxy into ~/.cache/hcp-ingress/kube; HCP_KUBE_VERSION=... for another release), or set HCP_KUBE_BIN (HCP_KUBE_BIN_MANAGEMENT, HCP_KUBE_BIN_WORKLOAD for one role) to a folder that holds them"
     )]
     Missing(PathBuf),
     /// A file of the control plane could not be written.
@@ -63,11 +63,28 @@ pub enum Error {
     Client(String),
 }
 
+/// Which side of hcp-ingress a control plane stands for: the version matrix
+/// runs each on its own Kubernetes release (see [`bin_dir_for`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Role {
+    /// A management cluster: where the controller, Cluster API and the
+    /// shared ingress run (binaries from `HCP_KUBE_BIN_MANAGEMENT`).
+    Management,
+    /// A workload cluster: a tenant's API server and what its nodes run
+    /// (kube-proxy), binaries from `HCP_KUBE_BIN_WORKLOAD`. The default: a
+    /// test's API server is a tenant's unless it says it is the management
+    /// cluster.
+    #[default]
+    Workload,
+}
+
 /// What to run besides etcd and kube-apiserver.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// A name for logs and the kubeconfig.
     pub name: String,
+    /// Management or workload cluster: which binaries run it.
+    pub role: Role,
     /// kube-controller-manager (garbage collector, DaemonSet, endpoint and
     /// ServiceAccount controllers).
     pub controller_manager: bool,
@@ -86,12 +103,17 @@ pub struct Options {
     /// More DNS names on the serving certificate (a tenant's `apiHost`, for
     /// tests that reach the API server through an SNI-routing ingress).
     pub extra_sans: Vec<String>,
+    /// `--service-cluster-ip-range`: one CIDR, or two of different families
+    /// for a dual-stack cluster; the first one's family is the family of the
+    /// `kubernetes` Service (`10.96.0.0/12`: IPv4).
+    pub service_cidr: String,
 }
 
 impl Default for Options {
     fn default() -> Self {
         Options {
             name: "cluster".into(),
+            role: Role::default(),
             controller_manager: false,
             scheduler: false,
             nodes: 0,
@@ -99,6 +121,7 @@ impl Default for Options {
             admission_plugins: Vec::new(),
             advertise_address: "192.0.2.10".into(),
             extra_sans: Vec::new(),
+            service_cidr: "10.96.0.0/12".into(),
         }
     }
 }
@@ -116,6 +139,7 @@ pub struct Cluster {
     audit_path: PathBuf,
     name: String,
     admin: Option<kube::Client>,
+    bin: PathBuf,
 }
 
 /// The admin user of the test itself (`system:masters`).
@@ -124,10 +148,25 @@ pub const ADMIN_USER: &str = "realkube-admin";
 /// (as CAPI's `<cluster>-kubeconfig`): its requests stay apart in the audit log.
 pub const CLUSTER_ADMIN_USER: &str = "cluster-admin";
 
-/// Where the binaries are: `HCP_KUBE_BIN`, else what `hack/kube/build.sh --print-bin-dir` says.
+/// Where a workload cluster's binaries are, kube-proxy of its nodes
+/// included: [`bin_dir_for`]`(Role::Workload)`.
 pub fn bin_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("HCP_KUBE_BIN") {
-        return PathBuf::from(dir);
+    bin_dir_for(Role::Workload)
+}
+
+/// Where the binaries of a `role` cluster are: `HCP_KUBE_BIN_MANAGEMENT` or
+/// `HCP_KUBE_BIN_WORKLOAD`, else `HCP_KUBE_BIN`, else what
+/// `hack/kube/build.sh --print-bin-dir` says (the release of
+/// `hack/kube/versions.env`, or of `HCP_KUBE_VERSION`).
+pub fn bin_dir_for(role: Role) -> PathBuf {
+    let own = match role {
+        Role::Management => "HCP_KUBE_BIN_MANAGEMENT",
+        Role::Workload => "HCP_KUBE_BIN_WORKLOAD",
+    };
+    for var in [own, "HCP_KUBE_BIN"] {
+        if let Some(dir) = std::env::var_os(var).filter(|d| !d.is_empty()) {
+            return PathBuf::from(dir);
+        }
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../hack/kube/build.sh");
     let out = std::process::Command::new("bash")
@@ -138,8 +177,8 @@ pub fn bin_dir() -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 
-fn binary(name: &str) -> Result<PathBuf, Error> {
-    let path = bin_dir().join(name);
+fn binary(bin: &Path, name: &str) -> Result<PathBuf, Error> {
+    let path = bin.join(name);
     if path.is_file() {
         Ok(path)
     } else {
@@ -181,8 +220,9 @@ impl Cluster {
     }
 
     async fn start_once(opts: Options) -> Result<Cluster, Error> {
-        let etcd_bin = binary("etcd")?;
-        let apiserver_bin = binary("kube-apiserver")?;
+        let bin = bin_dir_for(opts.role);
+        let etcd_bin = binary(&bin, "etcd")?;
+        let apiserver_bin = binary(&bin, "kube-apiserver")?;
         let dir = tempfile::Builder::new()
             .prefix(&format!("realkube-{}-", opts.name))
             .tempdir()
@@ -253,7 +293,7 @@ impl Cluster {
                     "--service-account-signing-key-file={}",
                     path("sa.key").display()
                 ),
-                "--service-cluster-ip-range=10.96.0.0/12".into(),
+                format!("--service-cluster-ip-range={}", opts.service_cidr),
                 format!("--endpoint-reconciler-type={}", opts.endpoint_reconciler),
                 format!("--enable-admission-plugins={}", plugins.join(",")),
                 "--allow-privileged=true".into(),
@@ -283,6 +323,7 @@ impl Cluster {
             name: opts.name.clone(),
             dir,
             admin: None,
+            bin,
         };
         cluster.admin =
             Some(client_from(&cluster.kubeconfig_for(ADMIN_USER, &cluster.admin_token)).await?);
@@ -295,7 +336,7 @@ impl Cluster {
         )?;
         let kubeconfig_flag = format!("--kubeconfig={}", kubeconfig.display());
         if opts.controller_manager || opts.scheduler {
-            let kcm = binary("kube-controller-manager")?;
+            let kcm = binary(&cluster.bin, "kube-controller-manager")?;
             let sa_key = format!(
                 "--service-account-private-key-file={}",
                 cluster.dir.path().join("sa.key").display()
@@ -326,7 +367,7 @@ impl Cluster {
             cluster.processes.push(p);
         }
         if opts.scheduler {
-            let scheduler = binary("kube-scheduler")?;
+            let scheduler = binary(&cluster.bin, "kube-scheduler")?;
             let p = Supervised::spawn(
                 "kube-scheduler",
                 &scheduler,
@@ -339,13 +380,16 @@ impl Cluster {
                 cluster.dir.path(),
             )?;
             cluster.processes.push(p);
-            let kwok = binary("kwok")?;
+            let kwok = binary(&cluster.bin, "kwok")?;
             let p = Supervised::spawn(
                 "kwok",
                 &kwok,
                 &[
                     kubeconfig_flag,
-                    format!("--config={}", binary("kwok-stages.yaml")?.display()),
+                    format!(
+                        "--config={}",
+                        binary(&cluster.bin, "kwok-stages.yaml")?.display()
+                    ),
                     "--manage-all-nodes=true".into(),
                     "--cidr=10.244.0.1/16".into(),
                     "--node-ip=10.0.0.1".into(),
@@ -428,11 +472,27 @@ impl Cluster {
     /// no simulator manages: the test runs its pods itself (see the data-path
     /// tests, which start real processes in a network namespace for them).
     pub async fn add_real_node(&self, name: &str, address: &str) -> Result<(), Error> {
+        self.add_real_node_with_addresses(name, &[address]).await
+    }
+
+    /// [`Cluster::add_real_node`] with one InternalIP per family, the
+    /// primary first (a dual-stack node's kube-proxy takes its primary
+    /// family from the first).
+    pub async fn add_real_node_with_addresses(
+        &self,
+        name: &str,
+        addresses: &[&str],
+    ) -> Result<(), Error> {
+        let mut listed: Vec<serde_json::Value> = addresses
+            .iter()
+            .map(|a| serde_json::json!({"type": "InternalIP", "address": a}))
+            .collect();
+        listed.push(serde_json::json!({"type": "Hostname", "address": name}));
         self.create_node(serde_json::json!({
             "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}},
             "status": {"allocatable": {"cpu": "2", "memory": "8Gi", "pods": "110"},
                        "capacity": {"cpu": "2", "memory": "8Gi", "pods": "110"},
-                       "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}],
+                       "addresses": listed,
                        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "run by the test"}]}
         }))
         .await
@@ -447,6 +507,11 @@ impl Cluster {
             .await
             .map_err(|e| Error::Client(format!("create Node {name}: {e}")))?;
         Ok(())
+    }
+
+    /// The folder of the binaries this control plane runs (see [`bin_dir_for`]).
+    pub fn bin_dir(&self) -> &Path {
+        &self.bin
     }
 
     /// `https://127.0.0.1:PORT`.
@@ -550,11 +615,16 @@ users:
     /// Requests of `user` this API server rejected, as `verb uri status:
     /// message`: every 4xx but a 404 on a read or delete (looking is how a
     /// client learns something is absent), a 409 (optimistic concurrency: a
-    /// lost race is retried) and a 429 (come back later).
+    /// lost race is retried) and a 429 (come back later); and a 500 to a
+    /// write, which is how a server-side apply of a field the release does
+    /// not know is refused ("field not declared in schema", 1.30 to 1.37).
     pub fn rejections_of(&self, user: &str) -> Vec<String> {
         self.requests_by(user)
             .into_iter()
-            .filter(|r| (400..500).contains(&r.status) && !matches!(r.status, 409 | 429))
+            .filter(|r| {
+                ((400..500).contains(&r.status) && !matches!(r.status, 409 | 429))
+                    || (r.status == 500 && r.is_write())
+            })
             .filter(|r| {
                 !(r.status == 404
                     && matches!(r.verb.as_str(), "get" | "list" | "delete" | "discovery"))
