@@ -169,10 +169,7 @@ pub fn inputs_from_service(
 ) -> WorkloadInputs {
     let mut inputs = base;
     let spec = kubernetes.and_then(|s| s.spec.as_ref());
-    if let Some(ip) = spec
-        .and_then(|s| s.cluster_ip.as_ref())
-        .and_then(|ip| ip.parse::<IpAddr>().ok())
-    {
+    if let Some(ip) = cluster_ip(kubernetes) {
         inputs.service_ip = ip;
     }
     if steering == Steering::Service {
@@ -186,6 +183,18 @@ pub fn inputs_from_service(
             });
     }
     inputs
+}
+
+/// The live `kubernetes` Service's ClusterIP, when it has one that parses.
+fn cluster_ip(kubernetes: Option<&Service>) -> Option<IpAddr> {
+    kubernetes?.spec.as_ref()?.cluster_ip.as_ref()?.parse().ok()
+}
+
+/// The service IP the controller renders with (see [`inputs_from_service`]):
+/// the live `kubernetes` ClusterIP, else [`DEFAULT_SERVICE_IP`]. Its family
+/// picks the default advertise address ([`advertise_address`]).
+pub fn service_ip(kubernetes: Option<&Service>) -> IpAddr {
+    cluster_ip(kubernetes).unwrap_or(DEFAULT_SERVICE_IP)
 }
 
 /// The proxy certificate a ControlPlaneIngress needs at `now` (SANs from the

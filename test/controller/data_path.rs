@@ -315,9 +315,7 @@ pub(crate) struct Node {
     ns: String,
     /// The host's end of the veth pair.
     host_link: String,
-    /// The node's address (its InternalIP of the primary family).
-    address: String,
-    /// Its InternalIPs, one per family, the primary first.
+    /// The node's InternalIPs, one per family, the primary first.
     addresses: Vec<String>,
     /// The shared ingress's address, on the host side, of the primary family.
     ingress: String,
@@ -348,7 +346,7 @@ impl Node {
             Stack::V6 => vec![v6],
             Stack::DualV6Primary => vec![v6, v4],
         };
-        let (ingress, address) = (families[0].0.clone(), families[0].1.clone());
+        let ingress = families[0].0.clone();
         run(&["ip", "netns", "add", &ns]);
         run(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
         run(&[
@@ -390,7 +388,6 @@ impl Node {
         Node {
             ns,
             host_link,
-            address,
             addresses,
             ingress,
             dir,
@@ -587,9 +584,9 @@ fn ingress_config(listen: &str, apiserver: &str) -> String {
 
 /// A pod calling the API as client-go does: a new connection to the Service
 /// IP (no SNI), the serving certificate verified against the cluster CA, a
-/// bearer token. One line per call: `ok` (`ok <target>` when it calls
-/// several by turns: the Service IP, its name), or `fail <unix time> <why>`
-/// (the time places a failure among the test's steps).
+/// bearer token; several targets (the Service IP, its name) by turns. One
+/// line per call: `ok <target>`, or `fail <unix time> <why>` (the time
+/// places a failure among the test's steps).
 const POD_CLIENT: &str = r#"
 import socket, ssl, sys, time
 ca, token, targets = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -616,7 +613,7 @@ while True:
                     answer += chunk
         status = answer.split(b"\r\n", 1)[0]
         if b" 200 " in status and b"gitVersion" in answer:
-            print("ok" if len(targets) == 1 else "ok " + ip, flush=True)
+            print("ok", ip, flush=True)
         else:
             print("fail", "%.3f" % time.time(), status.decode(errors="replace"), flush=True)
     except Exception as e:
@@ -628,7 +625,7 @@ while True:
 /// path is up only once HAProxy and kube-proxy are).
 pub(crate) fn calls(node: &Node) -> (usize, Vec<String>) {
     let log = node.log("pod");
-    let answered = |l: &&str| *l == "ok" || l.starts_with("ok ");
+    let answered = |l: &&str| l.starts_with("ok ");
     let ok = log.lines().filter(answered).count();
     let failed = log
         .lines()
@@ -739,7 +736,7 @@ impl Kubelet {
             let ready = {
                 let node = self.node.lock().unwrap();
                 if process.starts_with("haproxy") {
-                    node.listening(&node.address, 7443)
+                    node.listening(&node.addresses[0], 7443)
                 } else {
                     // Each steering mode's proxy has its own admin port.
                     let port = if ns == SERVICE_STEERING_NAMESPACE {
@@ -757,11 +754,14 @@ impl Kubelet {
                 .and_then(|s| s.conditions.as_ref())
                 .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
             if ready && !was_ready {
-                let (address, addresses) = {
-                    let node = self.node.lock().unwrap();
-                    (node.address.clone(), node.addresses.clone())
-                };
-                let ips: Vec<_> = addresses.iter().map(|a| json!({"ip": a})).collect();
+                let addresses = self.node.lock().unwrap().addresses.clone();
+                let (address, ips) = (
+                    &addresses[0],
+                    addresses
+                        .iter()
+                        .map(|a| json!({"ip": a}))
+                        .collect::<Vec<_>>(),
+                );
                 let now = rfc3339_now();
                 let status = json!({"status": {"phase": "Running", "podIP": address, "podIPs": ips,
                     "hostIP": address, "hostIPs": ips, "startTime": now,

@@ -556,8 +556,10 @@ pub async fn advertise_address(
         .get_opt("kubernetes")
         .await
         .map_err(|e| api_error("read Service default/kubernetes", e))?;
-    let inputs = workload::inputs_from_service(spec.steering, service.as_ref(), Default::default());
-    Ok(workload::advertise_address(spec, inputs.service_ip))
+    Ok(workload::advertise_address(
+        spec,
+        workload::service_ip(service.as_ref()),
+    ))
 }
 
 async fn steered_service(client: &Client) -> Result<bool, Unreachable> {

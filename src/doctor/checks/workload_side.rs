@@ -16,12 +16,6 @@ use crate::{
     render::workload::{self, NAME, OverrideTarget, SteeringObjects},
 };
 
-/// The `kubernetes` Service's ClusterIP, as the controller reads it.
-fn service_ip(service: Option<&Service>) -> IpAddr {
-    workload::inputs_from_service(Steering::AdvertiseAddress, service, Default::default())
-        .service_ip
-}
-
 /// The `default/kubernetes` steering: as the controller would write it
 /// (`wanted`, `None` when the proxy is disabled) against what the workload
 /// cluster holds.
@@ -59,7 +53,10 @@ pub fn steering(
             Verdict::Pass,
             format!(
                 "Endpoints and EndpointSlice default/kubernetes point at the node proxy ({})",
-                workload::advertise_address(&workload::proxy_spec(cpi), service_ip(service))
+                workload::advertise_address(
+                    &workload::proxy_spec(cpi),
+                    workload::service_ip(service)
+                )
             ),
         ),
         (Steering::Service, true) => Check::new(
@@ -112,7 +109,7 @@ pub fn steering_reaches_proxy(
         return steering;
     }
     let spec = workload::proxy_spec(cpi);
-    let advertise = workload::advertise_address(&spec, service_ip(service));
+    let advertise = workload::advertise_address(&spec, workload::service_ip(service));
     let endpoints: Vec<_> = slices
         .iter()
         .flat_map(|s| s.endpoints.iter())
