@@ -121,6 +121,24 @@ impl ProxyObjects {
     }
 }
 
+// For tests here and in the doctor that compare live objects with what the
+// controller writes: both need the default steering's two objects.
+#[cfg(test)]
+impl SteeringObjects {
+    /// The Endpoints and EndpointSlice of advertise-address steering (the
+    /// default); panics on service steering.
+    pub(crate) fn advertise_address(&self) -> (&Endpoints, &EndpointSlice) {
+        let Self::AdvertiseAddress {
+            endpoints,
+            endpoint_slice,
+        } = self
+        else {
+            panic!("advertise-address is the default");
+        };
+        (endpoints, endpoint_slice)
+    }
+}
+
 /// Every node-proxy object of a ControlPlaneIngress; `None` when
 /// `spec.proxy.enabled` is false (the controller then removes them).
 pub fn proxy(

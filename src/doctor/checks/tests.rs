@@ -1,13 +1,16 @@
-//! Unit tests of the doctor's decisions, one per check and verdict; over 500
-//! lines because each fault is spelled out as its own fixture, which reads
-//! better than a table of opaque cases.
+//! Unit tests of the doctor's decisions, one per check and verdict: the
+//! management side's (DNS, routes, conditions, TLS), the verdict table and
+//! the shared fixtures here, the workload side's (steering, node proxy,
+//! cloud-controller-manager) in [`workload_side`]. Each fault is spelled out
+//! as its own fixture, which reads better than a table of opaque cases.
+
+mod workload_side;
 
 use std::{
     net::{IpAddr, SocketAddr},
     time::{Duration, SystemTime},
 };
 
-use k8s_openapi::api::{apps::v1::DaemonSet, core::v1::Endpoints};
 use kube::api::DynamicObject;
 use serde_json::json;
 
@@ -15,10 +18,7 @@ use super::*;
 use crate::{
     api::ControlPlaneIngress,
     controller::probe::{Handshake, ProbeFailure},
-    render::{
-        RouteKind,
-        workload::{self, NAME, OverrideTarget, SteeringObjects, WorkloadInputs},
-    },
+    render::RouteKind,
 };
 
 fn cpi(extra: serde_json::Value) -> ControlPlaneIngress {
@@ -388,69 +388,6 @@ fn san_matching() {
 }
 
 #[test]
-fn steering_compares_with_what_the_controller_writes() {
-    let cpi = cpi(json!({}));
-    let objects = workload::proxy(&cpi, &WorkloadInputs::default())
-        .unwrap()
-        .unwrap();
-    let SteeringObjects::AdvertiseAddress {
-        endpoints,
-        endpoint_slice,
-    } = &objects.steering
-    else {
-        panic!("advertise-address is the default");
-    };
-    let steered = steering(
-        &cpi,
-        Some(&objects.steering),
-        Some(endpoints),
-        Some(endpoint_slice),
-        None,
-    );
-    assert_eq!(steered.verdict, Verdict::Pass, "{steered:?}");
-    let reset: Endpoints = serde_json::from_value(json!({
-        "metadata": {"name": "kubernetes", "namespace": "default"},
-        "subsets": [{"addresses": [{"ip": "10.0.0.5"}], "ports": [{"name": "https", "port": 6443}]}]
-    }))
-    .unwrap();
-    let check = steering(
-        &cpi,
-        Some(&objects.steering),
-        Some(&reset),
-        Some(endpoint_slice),
-        None,
-    );
-    assert_eq!(check.verdict, Verdict::Fail);
-    assert!(
-        check.detail.contains("10.0.0.5")
-            && check.detail.contains("--endpoint-reconciler-type=none"),
-        "{}",
-        check.detail
-    );
-    assert_eq!(
-        steering(&cpi, None, None, None, None).verdict,
-        Verdict::Skip
-    );
-}
-
-#[test]
-fn proxy_ready_counts() {
-    let ds = |desired: i32, ready: i32| -> DaemonSet {
-        serde_json::from_value(json!({"metadata": {"name": NAME},
-            "status": {"desiredNumberScheduled": desired, "numberReady": ready, "currentNumberScheduled": desired, "numberMisscheduled": 0}}))
-        .unwrap()
-    };
-    let c = cpi(json!({}));
-    assert_eq!(proxy(&c, true, Some(&ds(3, 3))).verdict, Verdict::Pass);
-    let partial = proxy(&c, true, Some(&ds(3, 1)));
-    assert_eq!(partial.verdict, Verdict::Fail);
-    assert!(partial.detail.starts_with("1/3 nodes"));
-    assert_eq!(proxy(&c, true, Some(&ds(0, 0))).verdict, Verdict::Warn);
-    assert_eq!(proxy(&c, true, None).verdict, Verdict::Fail);
-    assert_eq!(proxy(&c, false, None).verdict, Verdict::Skip);
-}
-
-#[test]
 fn a_providers_own_route_and_node_proxy_are_named_as_theirs() {
     let k0smotron = cpi(json!({"spec": {"upstream": {"provider": "k0smotron",
         "route": {"kind": "Ingress", "name": "kmc-wl", "namespace": "tenants"}, "routeIncludesKonnectivity": true,
@@ -482,64 +419,6 @@ fn a_providers_own_route_and_node_proxy_are_named_as_theirs() {
     );
 }
 
-fn ccm_deployment(env: serde_json::Value) -> DynamicObject {
-    serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "cloud-controller-manager", "namespace": "kube-system"},
-        "spec": {"template": {"spec": {"containers": [{"name": "ccm", "image": "x", "env": env}]}}}}))
-    .unwrap()
-}
-
-fn well_known() -> OverrideTarget {
-    OverrideTarget {
-        kind: workload::WorkloadKind::Deployment,
-        namespace: "kube-system".into(),
-        name: "cloud-controller-manager".into(),
-        containers: Vec::new(),
-        well_known: true,
-    }
-}
-
-#[test]
-fn ccm_env_must_be_what_the_controller_sets() {
-    let cpi = cpi(json!({}));
-    let set = ccm_deployment(json!([
-        {"name": "KUBERNETES_SERVICE_HOST", "value": "api.wl.example.com"},
-        {"name": "KUBERNETES_SERVICE_PORT", "value": "443"}
-    ]));
-    assert_eq!(
-        ccm(&cpi, &[(well_known(), set)], &[]).verdict,
-        Verdict::Pass
-    );
-    let unset = ccm_deployment(json!([{"name": "AZURE_CLOUD", "value": "public"}]));
-    let check = ccm(&cpi, &[(well_known(), unset)], &[]);
-    assert_eq!(check.verdict, Verdict::Fail);
-    assert!(
-        check.detail.contains(
-            "Deployment kube-system/cloud-controller-manager spec.template.spec.containers[name=ccm].env: KUBERNETES_SERVICE_HOST missing (want api.wl.example.com)"
-        ),
-        "{}",
-        check.detail
-    );
-    let wrong_port = ccm_deployment(json!([
-        {"name": "KUBERNETES_SERVICE_HOST", "value": "api.wl.example.com"},
-        {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"}
-    ]));
-    let check = ccm(&cpi, &[(well_known(), wrong_port)], &[]);
-    assert!(
-        check
-            .detail
-            .contains("KUBERNETES_SERVICE_PORT=6443 (want 443)"),
-        "{}",
-        check.detail
-    );
-    let missing = ccm(&cpi, &[], &["DaemonSet kube-system/my-ccm".into()]);
-    assert_eq!(missing.verdict, Verdict::Fail);
-    assert!(missing.detail.contains("spec.ccm.targets"));
-    assert_eq!(ccm(&cpi, &[], &[]).verdict, Verdict::Skip);
-    let off = cpi_with(json!({"spec": {"ccm": {"enabled": false}}}));
-    assert_eq!(ccm(&off, &[], &[]).verdict, Verdict::Skip);
-}
-
 #[test]
 fn table_and_exit_code() {
     let checks = [
@@ -555,63 +434,4 @@ fn table_and_exit_code() {
     assert_eq!(exit_code(&checks), 0);
     let failed = [Check::new("steering", Verdict::Fail, "x")];
     assert_eq!(exit_code(&failed), 1);
-}
-
-#[test]
-fn a_steering_whose_endpoint_slices_hold_no_proxy_fails() {
-    use k8s_openapi::api::discovery::v1::EndpointSlice;
-    let passed = || Check::new("steering", Verdict::Pass, "fields as wanted");
-    let slice = |endpoints: serde_json::Value| -> EndpointSlice {
-        serde_json::from_value(
-            json!({"metadata": {"name": "kubernetes-x", "namespace": "default"},
-            "addressType": "IPv4", "endpoints": endpoints}),
-        )
-        .unwrap()
-    };
-    let service = cpi(json!({"spec": {"proxy": {"steering": "service"}}}));
-    // The selector is right but the proxy pods run elsewhere: no endpoint.
-    let empty = steering_reaches_proxy(&service, passed(), None, &[slice(json!([]))]);
-    assert_eq!(empty.verdict, Verdict::Fail, "{empty:?}");
-    assert!(
-        empty.detail.contains("must run in default"),
-        "{}",
-        empty.detail
-    );
-    let selected = slice(
-        json!([{"addresses": ["10.0.0.7"], "conditions": {"ready": true}, "nodeName": "n1",
-        "targetRef": {"kind": "Pod", "namespace": "default", "name": "hcp-ingress-proxy-x7k2p"}}]),
-    );
-    let check = steering_reaches_proxy(&service, passed(), None, &[selected]);
-    assert_eq!(check.verdict, Verdict::Pass, "{check:?}");
-
-    let advertise = cpi(json!({}));
-    let ours = slice(json!([{"addresses": ["240.0.0.1"], "conditions": {"ready": true}}]));
-    let theirs = slice(json!([{"addresses": ["10.0.0.5"], "conditions": {"ready": true}}]));
-    assert_eq!(
-        steering_reaches_proxy(&advertise, passed(), None, std::slice::from_ref(&ours)).verdict,
-        Verdict::Pass
-    );
-    let split = steering_reaches_proxy(&advertise, passed(), None, &[ours, theirs]);
-    assert_eq!(split.verdict, Verdict::Fail);
-    assert!(split.detail.contains("10.0.0.5"), "{}", split.detail);
-    // A failed field check stays as it is.
-    let failed = Check::new("steering", Verdict::Fail, "x");
-    assert_eq!(
-        steering_reaches_proxy(&advertise, failed.clone(), None, &[]),
-        failed
-    );
-
-    // In a cluster whose `kubernetes` Service is IPv6 the proxy's address
-    // is the IPv6 default, and the IPv4 one is someone else's.
-    let v6: k8s_openapi::api::core::v1::Service = serde_json::from_value(json!({
-        "metadata": {"name": "kubernetes", "namespace": "default"},
-        "spec": {"clusterIP": "fd00:10:96::1", "ports": [{"port": 443}]}}))
-    .unwrap();
-    let ours6 = slice(json!([{"addresses": ["100::1"], "conditions": {"ready": true}}]));
-    let check = steering_reaches_proxy(&advertise, passed(), Some(&v6), &[ours6]);
-    assert_eq!(check.verdict, Verdict::Pass, "{check:?}");
-    let old = slice(json!([{"addresses": ["240.0.0.1"], "conditions": {"ready": true}}]));
-    let check = steering_reaches_proxy(&advertise, passed(), Some(&v6), &[old]);
-    assert_eq!(check.verdict, Verdict::Fail, "{check:?}");
-    assert!(check.detail.contains("100::1"), "{}", check.detail);
 }

@@ -34,31 +34,26 @@ impl PoolMetrics {
     /// Register every metric (prefix of `registry`: `hcp_proxy`).
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
-        registry.register(
-            "pool_upstream_connections",
-            "Pooled HTTP/2 upstream connections open now",
-            m.connections.clone(),
-        );
-        registry.register(
-            "pool_upstream_connections_opened",
-            "Pooled HTTP/2 upstream connections opened",
-            m.connections_opened.clone(),
-        );
-        registry.register(
-            "pool_streams",
-            "Requests in flight on the pooled connections",
-            m.streams.clone(),
-        );
-        registry.register(
-            "pool_requests",
-            "Requests of pooled mode by route: pooled, upgrade, dedicated",
-            m.requests.clone(),
-        );
-        registry.register(
-            "pool_dedicated_connections",
-            "Dedicated HTTP/1.1 upstream connections open now (upgrades, no room on the pool)",
-            m.dedicated.clone(),
-        );
+        // One row a metric: field, name, help, registered in this order (the
+        // order /metrics lists them). A macro rather than a loop because the
+        // fields differ in type.
+        macro_rules! register {
+            ($($field:ident, $name:literal, $help:literal;)+) => {
+                $(registry.register($name, $help, m.$field.clone());)+
+            };
+        }
+        register! {
+            connections, "pool_upstream_connections",
+                "Pooled HTTP/2 upstream connections open now";
+            connections_opened, "pool_upstream_connections_opened",
+                "Pooled HTTP/2 upstream connections opened";
+            streams, "pool_streams",
+                "Requests in flight on the pooled connections";
+            requests, "pool_requests",
+                "Requests of pooled mode by route: pooled, upgrade, dedicated";
+            dedicated, "pool_dedicated_connections",
+                "Dedicated HTTP/1.1 upstream connections open now (upgrades, no room on the pool)";
+        }
         for route in ["pooled", "upgrade", "dedicated"] {
             let _ = m.requests.get_or_create(&RouteLabel { route });
         }

@@ -9,6 +9,7 @@ use k8s_openapi::api::{
 };
 use kube::api::DynamicObject;
 use md5::{Digest, Md5};
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::shared::{
@@ -349,11 +350,25 @@ fn template_revision(template: &Value) -> String {
     md5_hex(template)[..16].to_string()
 }
 
-/// The advertise address and its EndpointSlice `addressType`.
-fn advertise(spec: &ProxySpec, inputs: &WorkloadInputs) -> (String, &'static str) {
+/// `default/kubernetes` of `kind`, ours (`labels`), that points the
+/// `kubernetes` Service at the advertise address: `fields` gets the address,
+/// its EndpointSlice `addressType` and the proxy's `https` port, and returns
+/// what the Endpoints and the EndpointSlice spell differently.
+fn steering_object<T: DeserializeOwned>(
+    spec: &ProxySpec,
+    inputs: &WorkloadInputs,
+    (api_version, kind): (&str, &'static str),
+    labels: BTreeMap<String, String>,
+    fields: impl FnOnce(String, &'static str, Value) -> Value,
+) -> Result<T, WorkloadError> {
     let address = advertise_address(spec, inputs.service_ip);
     let family = if address.is_ipv6() { "IPv6" } else { "IPv4" };
-    (address.to_string(), family)
+    let ports = json!([{"name": "https", "port": proxy_port(spec, inputs), "protocol": "TCP"}]);
+    let mut object = fields(address.to_string(), family, ports);
+    object["apiVersion"] = api_version.into();
+    object["kind"] = kind.into();
+    object["metadata"] = json!({"name": "kubernetes", "namespace": "default", "labels": labels});
+    typed(kind, object)
 }
 
 pub(super) fn endpoints(
@@ -363,17 +378,12 @@ pub(super) fn endpoints(
     let mut labels = own_labels();
     // The mirroring controller must not turn these into a second EndpointSlice.
     labels.insert(SKIP_MIRROR_LABEL.to_string(), "true".to_string());
-    let (address, _) = advertise(spec, inputs);
-    typed(
-        "Endpoints",
-        json!({
-            "apiVersion": "v1", "kind": "Endpoints",
-            "metadata": {"name": "kubernetes", "namespace": "default", "labels": labels},
-            "subsets": [{
-                "addresses": [{"ip": address}],
-                "ports": [{"name": "https", "port": proxy_port(spec, inputs), "protocol": "TCP"}],
-            }],
-        }),
+    steering_object(
+        spec,
+        inputs,
+        ("v1", "Endpoints"),
+        labels,
+        |address, _, ports| json!({"subsets": [{"addresses": [{"ip": address}], "ports": ports}]}),
     )
 }
 
@@ -390,17 +400,19 @@ pub(super) fn endpoint_slice(
         "endpointslice.kubernetes.io/managed-by".to_string(),
         ENDPOINT_SLICE_MANAGER.to_string(),
     );
-    let (address, family) = advertise(spec, inputs);
-    typed(
-        "EndpointSlice",
-        json!({
-            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-            "metadata": {"name": "kubernetes", "namespace": "default", "labels": labels},
-            "addressType": family,
-            // Every node answers on this address itself, so it is always ready.
-            "endpoints": [{"addresses": [address], "conditions": {"ready": true, "serving": true, "terminating": false}}],
-            "ports": [{"name": "https", "port": proxy_port(spec, inputs), "protocol": "TCP"}],
-        }),
+    steering_object(
+        spec,
+        inputs,
+        ("discovery.k8s.io/v1", "EndpointSlice"),
+        labels,
+        |address, family, ports| {
+            json!({
+                "addressType": family,
+                // Every node answers on this address itself, so it is always ready.
+                "endpoints": [{"addresses": [address], "conditions": {"ready": true, "serving": true, "terminating": false}}],
+                "ports": ports,
+            })
+        },
     )
 }
 
