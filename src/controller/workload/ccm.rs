@@ -6,7 +6,10 @@ use std::collections::HashMap;
 
 use kube::{Api, Client, ResourceExt, api::DynamicObject};
 
-use super::failure::{Unreachable, api_error, apply_failed};
+use super::{
+    failure::{Unreachable, api_error, apply_failed},
+    plan::Step,
+};
 use crate::{
     api::ControlPlaneIngress,
     controller::{
@@ -103,74 +106,131 @@ pub(crate) async fn find_ccm_workloads(
     Ok((found, missing))
 }
 
-/// Set `KUBERNETES_SERVICE_HOST/PORT` on each CCM target found.
-pub(super) async fn configure_ccm(
-    ctx: &Context,
-    cpi: &ControlPlaneIngress,
+/// The CCM and konnectivity-agent workloads `spec.ccm` targets, as they are.
+#[derive(Clone, Debug, Default)]
+pub(super) struct CcmFacts {
+    /// The targets that exist, with the live object.
+    pub found: Vec<(OverrideTarget, DynamicObject)>,
+    /// The named targets that do not.
+    pub missing: Vec<String>,
+    /// With `spec.ccm.konnectivityAgent` and a konnectivity host:
+    /// Deployment `kube-system/konnectivity-agent`, when it exists.
+    pub konnectivity_agent: Option<DynamicObject>,
+}
+
+/// Read the workloads `cpi`'s CCM override targets.
+pub(super) async fn observe(
     client: &Client,
-) -> Result<Desired, Unreachable> {
-    let targets = ccm::ccm_targets(cpi);
-    if targets.is_empty() {
-        return Ok(Desired::ok(
+    cpi: &ControlPlaneIngress,
+) -> Result<CcmFacts, Unreachable> {
+    if ccm::ccm_targets(cpi).is_empty() {
+        return Ok(CcmFacts::default());
+    }
+    let (found, missing) = find_ccm_workloads(client, cpi)
+        .await
+        .map_err(|(what, e)| api_error(&what, e))?;
+    let spec = cpi.spec.ccm.clone().unwrap_or_default();
+    let mut konnectivity_agent = None;
+    if spec.konnectivity_agent && ccm::konnectivity_server(cpi).is_some() {
+        let agent = ccm::KONNECTIVITY_AGENT;
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            ccm::CCM_NAMESPACE,
+            &agent.kind.api_resource(),
+        );
+        konnectivity_agent = api.get_opt(agent.name).await.map_err(|e| {
+            api_error(
+                &format!(
+                    "read {} {}/{}",
+                    agent.kind.as_str(),
+                    ccm::CCM_NAMESPACE,
+                    agent.name
+                ),
+                e,
+            )
+        })?;
+    }
+    Ok(CcmFacts {
+        found,
+        missing,
+        konnectivity_agent,
+    })
+}
+
+/// Set `KUBERNETES_SERVICE_HOST/PORT` on each CCM target found (and point
+/// konnectivity-agent at the ingress): the writes, and CCMConfigured.
+pub(super) fn plan(cpi: &ControlPlaneIngress, facts: &CcmFacts) -> (Vec<Step>, Desired) {
+    if ccm::ccm_targets(cpi).is_empty() {
+        let off = Desired::ok(
             types::CCM_CONFIGURED,
             "Disabled",
             "spec.ccm.enabled is false",
-        ));
+        );
+        return (Vec::new(), off);
     }
     let spec = cpi.spec.ccm.clone().unwrap_or_default();
-    let (found, mut missing) = find_ccm_workloads(client, cpi)
-        .await
-        .map_err(|(what, e)| api_error(&what, e))?;
+    let mut missing = facts.missing.clone();
+    let mut steps = Vec::new();
     let mut patched = Vec::new();
     let mut left = Vec::new();
-    for (target, live) in found {
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            client.clone(),
-            &target.namespace,
-            &target.kind.api_resource(),
-        );
+    for (target, live) in &facts.found {
         let containers = if target.containers.is_empty() {
-            container_names(&live)
+            container_names(live)
         } else {
             target.containers.clone()
         };
         let (theirs, containers): (Vec<String>, Vec<String>) = containers
             .into_iter()
-            .partition(|c| ccm::foreign_service_host(&live, c).is_some());
+            .partition(|c| ccm::foreign_service_host(live, c).is_some());
         for container in &theirs {
-            let value = ccm::foreign_service_host(&live, container).unwrap_or_default();
+            let value = ccm::foreign_service_host(live, container).unwrap_or_default();
             left.push(format!(
                 "{} container {container} (KUBERNETES_SERVICE_HOST={value} is set by another manager)",
-                describe(&target)
+                describe(target)
             ));
         }
         if containers.is_empty() {
             continue;
         }
-        let patch = ccm::ccm_patch(
+        let object = ccm::ccm_patch(
             cpi,
             target.kind,
             &target.namespace,
             &target.name,
             &containers,
         );
-        apply::apply_fields(ctx, &api, patch, Some(&live))
-            .await
-            .map_err(apply_failed)?;
+        steps.push(Step::ApplyFields {
+            object,
+            live: Some(live.clone()),
+        });
         patched.push(format!(
             "{} (containers: {})",
-            describe(&target),
+            describe(target),
             containers.join(", ")
         ));
     }
     if spec.konnectivity_agent {
-        match configure_konnectivity_agent(ctx, cpi, client).await? {
-            Ok(done) => patched.push(done),
+        match konnectivity_agent(cpi, facts.konnectivity_agent.as_ref()) {
+            Ok((step, done)) => {
+                steps.push(step);
+                patched.push(done);
+            }
             Err(problem) => missing.push(problem),
         }
     }
+    (steps, configured(cpi, &missing, &patched, &left))
+}
+
+/// CCMConfigured, from what is patched, left to others and missing.
+fn configured(
+    cpi: &ControlPlaneIngress,
+    missing: &[String],
+    patched: &[String],
+    left: &[String],
+) -> Desired {
     let [(_, host), (_, port)] = ccm::service_host_env(cpi);
-    Ok(if !missing.is_empty() {
+    let set = format!("KUBERNETES_SERVICE_HOST={host} KUBERNETES_SERVICE_PORT={port}");
+    if !missing.is_empty() {
         Desired::failed(
             types::CCM_CONFIGURED,
             "TargetNotFound",
@@ -193,7 +253,7 @@ pub(super) async fn configure_ccm(
             types::CCM_CONFIGURED,
             "Patched",
             format!(
-                "KUBERNETES_SERVICE_HOST={host} KUBERNETES_SERVICE_PORT={port} on {}; left as they are: {}",
+                "{set} on {}; left as they are: {}",
                 patched.join(", "),
                 left.join(", ")
             ),
@@ -202,47 +262,32 @@ pub(super) async fn configure_ccm(
         Desired::ok(
             types::CCM_CONFIGURED,
             "Patched",
-            format!(
-                "KUBERNETES_SERVICE_HOST={host} KUBERNETES_SERVICE_PORT={port} on {}",
-                patched.join(", ")
-            ),
+            format!("{set} on {}", patched.join(", ")),
         )
-    })
+    }
 }
 
-/// Point konnectivity-agent at `ingress.konnectivityHost:port` (`--proxy-server-host/port`).
-/// Ok(Ok(what was done)) or Ok(Err(what is missing)).
-async fn configure_konnectivity_agent(
-    ctx: &Context,
+/// Point konnectivity-agent at `ingress.konnectivityHost:port`
+/// (`--proxy-server-host/port`): the write and what it does, or what is missing.
+fn konnectivity_agent(
     cpi: &ControlPlaneIngress,
-    client: &Client,
-) -> Result<Result<String, String>, Unreachable> {
+    live: Option<&DynamicObject>,
+) -> Result<(Step, String), String> {
     let agent = ccm::KONNECTIVITY_AGENT;
     let Some((host, port)) = ccm::konnectivity_server(cpi) else {
-        return Ok(Err(
-            "spec.ccm.konnectivityAgent needs spec.ingress.konnectivityHost".into(),
-        ));
+        return Err("spec.ccm.konnectivityAgent needs spec.ingress.konnectivityHost".into());
     };
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        ccm::CCM_NAMESPACE,
-        &agent.kind.api_resource(),
-    );
     let what = format!(
         "{} {}/{}",
         agent.kind.as_str(),
         ccm::CCM_NAMESPACE,
         agent.name
     );
-    let Some(live) = api
-        .get_opt(agent.name)
-        .await
-        .map_err(|e| api_error(&format!("read {what}"), e))?
-    else {
-        return Ok(Err(what));
+    let Some(live) = live else {
+        return Err(what);
     };
     let Some(container) = live.data.pointer("/spec/template/spec/containers/0") else {
-        return Ok(Err(format!("{what} has no container")));
+        return Err(format!("{what} has no container"));
     };
     let name = container["name"].as_str().unwrap_or_default().to_string();
     let current: Vec<String> = container["args"]
@@ -254,9 +299,9 @@ async fn configure_konnectivity_agent(
         })
         .unwrap_or_default();
     let args = ccm::konnectivity_agent_args(&current, &host, port);
-    let original = ccm::original_args(&live, &current);
+    let original = ccm::original_args(live, &current);
     // `args` is an atomic list: we apply the whole list, the other flags kept as they were.
-    let patch = ccm::konnectivity_agent_patch(
+    let object = ccm::konnectivity_agent_patch(
         agent.kind,
         ccm::CCM_NAMESPACE,
         agent.name,
@@ -264,12 +309,14 @@ async fn configure_konnectivity_agent(
         &args,
         &original,
     );
-    apply::apply_fields(ctx, &api, patch, Some(&live))
-        .await
-        .map_err(apply_failed)?;
-    Ok(Ok(format!(
-        "{what} (--proxy-server-host={host} --proxy-server-port={port})"
-    )))
+    let step = Step::ApplyFields {
+        object,
+        live: Some(live.clone()),
+    };
+    Ok((
+        step,
+        format!("{what} (--proxy-server-host={host} --proxy-server-port={port})"),
+    ))
 }
 
 fn describe(target: &OverrideTarget) -> String {

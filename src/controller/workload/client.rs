@@ -81,20 +81,11 @@ pub struct Clients {
 }
 
 impl Clients {
-    /// Keep a steering rewrite in the status for `window` after it was last
-    /// seen: an API server's endpoint reconciler rewrites every few seconds and
-    /// we re-steer at once, so a single look would make the condition flap.
-    pub(super) fn remember_drift(
-        &self,
-        key: &str,
-        drift: Vec<String>,
-        window: Duration,
-    ) -> Vec<String> {
+    /// The steering rewrite last seen within `window`, with how long ago:
+    /// an API server's endpoint reconciler rewrites every few seconds and we
+    /// re-steer at once, so a single look would make the condition flap.
+    pub(super) fn recent_drift(&self, key: &str, window: Duration) -> Vec<String> {
         let mut seen = self.drift.lock().expect("drift memory");
-        if !drift.is_empty() {
-            seen.insert(key.to_string(), (std::time::Instant::now(), drift.clone()));
-            return drift;
-        }
         match seen.get(key) {
             Some((at, last)) if at.elapsed() < window => {
                 let ago = at.elapsed().as_secs();
@@ -105,6 +96,12 @@ impl Clients {
                 Vec::new()
             }
         }
+    }
+
+    /// Remember a steering rewrite seen now (see [`Clients::recent_drift`]).
+    pub(super) fn note_drift(&self, key: &str, drift: Vec<String>) {
+        let mut seen = self.drift.lock().expect("drift memory");
+        seen.insert(key.to_string(), (std::time::Instant::now(), drift));
     }
 
     /// The client of `cpi`'s workload cluster.

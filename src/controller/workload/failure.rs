@@ -7,6 +7,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use crate::controller::error::Error;
 
 /// Why a workload cluster cannot be reached: a condition reason and message.
+#[derive(Clone, Debug, PartialEq)]
 pub(super) struct Unreachable {
     pub(super) reason: &'static str,
     pub(super) message: String,

@@ -5,14 +5,14 @@
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt, api::DynamicObject};
 
-use super::failure::{Unreachable, api_error};
+use super::failure::Unreachable;
 use crate::{
     api::ControlPlaneIngress,
     controller::{context::Context, redact},
     pki::{self, CertificateAuthority, Renewal},
-    render::workload::{self, NAME, ProxyTls, WorkloadInputs},
+    render::workload::{self, ProxyTls, WorkloadInputs},
 };
 
 /// The cluster CA from Secret `<cluster>-ca` in the management cluster.
@@ -43,32 +43,31 @@ pub(super) async fn cluster_ca(
     })
 }
 
-/// The proxy's serving certificate: the live one while it is valid for the
-/// current hosts and CA, else a new one minted from the cluster CA. `None`
-/// where the proxy serves no TLS; with it, when to look again for renewal.
-pub(super) async fn proxy_certificate(
+/// The proxy's serving certificate: the live one (from its Secret, as
+/// observed) while it is valid for the current hosts and CA, else a new one
+/// minted from the cluster CA. `None` where the proxy serves no TLS; with
+/// it, when to look again for renewal.
+pub(super) fn proxy_certificate(
     cpi: &ControlPlaneIngress,
-    client: &Client,
+    live_secret: Option<&DynamicObject>,
     inputs: &WorkloadInputs,
     ca: &CertificateAuthority,
+    now: SystemTime,
 ) -> Result<Option<(ProxyTls, Option<Duration>)>, Unreachable> {
-    let Some(leaf_spec) = workload::proxy_leaf_spec(cpi, inputs, SystemTime::now()) else {
+    let Some(leaf_spec) = workload::proxy_leaf_spec(cpi, inputs, now) else {
         return Ok(None);
     };
-    let namespace = workload::proxy_namespace(workload::proxy_spec(cpi).steering);
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let live = secrets
-        .get_opt(NAME)
-        .await
-        .map_err(|e| api_error("read the proxy Secret", e))?;
-    let live_tls = live.and_then(|s| s.data).and_then(|d| {
-        let cert = String::from_utf8(d.get("tls.crt")?.0.clone()).ok()?;
-        let key = String::from_utf8(d.get("tls.key")?.0.clone()).ok()?;
-        Some(ProxyTls {
-            cert_pem: cert,
-            key_pem: key,
-        })
-    });
+    let live_tls = live_secret
+        .and_then(|s| serde_json::from_value::<Secret>(serde_json::to_value(s).ok()?).ok())
+        .and_then(|s| s.data)
+        .and_then(|d| {
+            let cert = String::from_utf8(d.get("tls.crt")?.0.clone()).ok()?;
+            let key = String::from_utf8(d.get("tls.key")?.0.clone()).ok()?;
+            Some(ProxyTls {
+                cert_pem: cert,
+                key_pem: key,
+            })
+        });
     let renewal = live_tls
         .as_ref()
         .map(|t| pki::renewal_due(&t.cert_pem, leaf_spec.now, ca, &leaf_spec))
@@ -77,7 +76,7 @@ pub(super) async fn proxy_certificate(
         )));
     let certificate = match (renewal, live_tls) {
         (Renewal::Valid { renew_at }, Some(tls)) => {
-            let renew_in = renew_at.duration_since(SystemTime::now()).ok();
+            let renew_in = renew_at.duration_since(now).ok();
             (tls, renew_in)
         }
         (due, _) => {
@@ -88,7 +87,7 @@ pub(super) async fn proxy_certificate(
             if let Renewal::Due(reason) = due {
                 tracing::info!(object = %crate::render::describe(cpi), %reason, "minting the proxy certificate");
             }
-            let renew_in = leaf.renew_at().duration_since(SystemTime::now()).ok();
+            let renew_in = leaf.renew_at().duration_since(now).ok();
             (ProxyTls::from(&leaf), renew_in)
         }
     };

@@ -10,7 +10,7 @@ use kube::{
 };
 
 use super::{
-    ccm,
+    act, ccm,
     failure::{Unreachable, api_error},
     outcome::{Outcome, not_initialized, unreachable, workload_key},
 };
@@ -76,7 +76,9 @@ pub(super) async fn complement(
             "ManagedByUpstream",
             format!("default/kubernetes is steered by {provider}'s node proxy, not by hcp-ingress"),
         ));
-        conditions.push(ccm::configure_ccm(ctx, cpi, &client).await?);
+        let (steps, configured) = ccm::plan(cpi, &ccm::observe(&client, cpi).await?);
+        act::run_all(ctx, &client, &steps).await?;
+        conditions.push(configured);
         Ok::<_, Unreachable>(Outcome {
             conditions,
             proxy: None,

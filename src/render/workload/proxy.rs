@@ -279,6 +279,13 @@ pub(super) fn daemon_set(
             .push(json!({"name": "tls", "secret": {"secretName": NAME, "defaultMode": file_mode}}));
     }
     let config = config_file(cpi, inputs);
+    // The API server drops an empty list: an `add: []` would never match
+    // the live object, and the DaemonSet would be written on every pass.
+    let capabilities = if caps.is_empty() {
+        json!({"drop": ["ALL"]})
+    } else {
+        json!({"drop": ["ALL"], "add": caps})
+    };
     let mut daemon_set = json!({
         "apiVersion": "apps/v1", "kind": "DaemonSet",
         "metadata": {"name": NAME, "namespace": proxy_namespace(spec.steering), "labels": own_labels()},
@@ -326,7 +333,7 @@ pub(super) fn daemon_set(
                             "privileged": false,
                             "allowPrivilegeEscalation": false,
                             "readOnlyRootFilesystem": true,
-                            "capabilities": {"drop": ["ALL"], "add": caps},
+                            "capabilities": capabilities,
                         },
                         "volumeMounts": mounts,
                     }],

@@ -94,6 +94,10 @@ pub struct SteeringRecord {
     pub proxies_listed_at: Option<i64>,
 }
 
+/// How long a path that was just replaced (a steering switch, a give-back)
+/// keeps its proxy: kube-proxy programs a change within a second or two.
+pub const HANDOVER_PAUSE: Duration = Duration::from_secs(5);
+
 impl SteeringRecord {
     /// How much longer the replaced path's proxy must stay, at `now` (Unix
     /// seconds); `None` once `pause` has passed since the replacement, or

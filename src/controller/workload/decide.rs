@@ -1,0 +1,235 @@
+//! Decide: what a workload reconcile writes, from what it read. Pure: the
+//! ControlPlaneIngress, the [`Facts`] observed and the clock in, a [`Plan`]
+//! out (the ordered writes, the steering record they leave, the conditions
+//! and when to look again). The states and transitions are the table in
+//! docs/architecture.md ("Steering, state by state"); the property tests
+//! check its invariants on generated facts.
+//!
+//! The rules it keeps, whatever it is given:
+//! - the steering record is stored before the first steering write;
+//! - steering never goes to a proxy that is not rolled out on every node,
+//!   unless no Node exists (or a provider's proxy is being taken over and ours
+//!   is ready);
+//! - a switch of mode is a hand-over: the new path carries traffic before
+//!   the old one is released, one step per pass;
+//! - a proxy is only removed when the record no longer steers at it and the
+//!   handover pause has passed since it was replaced.
+
+mod pass;
+mod steer;
+mod switch;
+mod takeover;
+
+#[cfg(test)]
+mod fixture;
+#[cfg(test)]
+mod properties;
+#[cfg(test)]
+mod tests;
+
+use std::time::Duration;
+
+pub(super) use pass::Given;
+use pass::{Pass, ProxyState, Record, Seen, Steer, Wanted, taken_over};
+
+use super::{
+    ccm,
+    failure::{Unreachable, render_failed},
+    observe::Facts,
+    plan::Plan,
+};
+use crate::{
+    api::Steering,
+    controller::status::{Desired, types},
+    render::workload::{self, ProxyObjects},
+};
+
+/// The plan for bringing the workload cluster to what `given` asks, from
+/// what `facts` say it holds.
+pub(super) fn decide(given: &Given, facts: &Facts) -> Plan {
+    let mut plan = Plan {
+        conditions: vec![Desired::ok(
+            types::WORKLOAD_REACHABLE,
+            "Connected",
+            "the workload API answers through the kubeconfig Secret",
+        )],
+        ..Plan::default()
+    };
+    let Some(objects) = render(given, facts, &mut plan) else {
+        return plan;
+    };
+    let wanted = match Wanted::of(&objects) {
+        Ok(wanted) => wanted,
+        Err(e) => return unreachable(plan, render_failed(e)),
+    };
+    let seen = Seen::of(facts);
+    let proxy = ProxyState::of(&wanted, &facts.proxy);
+    let mut record = Record::of(facts);
+    let mut pass = Pass {
+        given,
+        facts,
+        objects: &objects,
+        wanted: &wanted,
+        seen: &seen,
+        proxy: &proxy,
+        released_now: false,
+    };
+    let mut proxy_applied = false;
+    if taken_over(given.cpi).is_some() {
+        match takeover::prepare(&mut plan, &pass, &mut record) {
+            Err(invalid) => return unreachable(plan, invalid),
+            Ok(takeover::Prepared::Waiting) => {
+                configure_ccm(&mut plan, given, facts);
+                return plan;
+            }
+            Ok(takeover::Prepared::Steer {
+                released_now,
+                proxy_applied: applied,
+            }) => {
+                pass.released_now = released_now;
+                proxy_applied = applied;
+            }
+        }
+    }
+    // The record of what default/kubernetes holds, before any steering write.
+    record.ensure(&mut plan);
+    // The proxy first, steering only at a proxy that is ready.
+    if !proxy_applied {
+        plan.steps.extend(wanted.proxy_writes(&facts.proxy));
+    }
+    let steered_before = record.now.applied == Some(pass.mode());
+    if let Steer::Yes { switched } = route(&mut plan, &pass, &mut record) {
+        steer::steer(&mut plan, &pass, &mut record, steered_before, switched);
+    }
+    if let Some(theirs) = taken_over(given.cpi) {
+        takeover::report(&mut plan, &pass, theirs);
+    }
+    if !plan.last_holds() {
+        plan.retry(given.retry);
+    }
+    plan.conditions.push(proxy.condition.clone());
+    if proxy.desired == 0 || proxy.ready < proxy.desired {
+        plan.retry(given.retry);
+    }
+    plan.proxy = Some((proxy.desired, proxy.ready));
+    configure_ccm(&mut plan, given, facts);
+    plan
+}
+
+/// The proxy's objects, or the plan that stops before them: a refused
+/// address family, no cluster CA, an invalid spec, the proxy disabled.
+fn render(given: &Given, facts: &Facts, plan: &mut Plan) -> Option<ProxyObjects> {
+    let spec = workload::proxy_spec(given.cpi);
+    let mut inputs =
+        workload::inputs_from_service(spec.steering, facts.service.as_ref(), given.base.clone());
+    // An advertise address of the other family than the live Service's
+    // would look steered while kube-proxy ignores it: refused before any write.
+    if let Err(refused) = workload::check_advertise_family(given.cpi, inputs.service_ip) {
+        let message = refused.to_string();
+        plan.conditions.push(Desired::failed(
+            types::ENDPOINTS_STEERED,
+            "AddressFamilyMismatch",
+            format!("default/kubernetes is left as it is: {message}"),
+        ));
+        stop(plan, "InvalidSpec", message, None);
+        return None;
+    }
+    let credentials = match &facts.credentials {
+        Ok(credentials) => credentials,
+        Err(message) => {
+            stop(plan, "CANotAvailable", message.clone(), Some(given.retry));
+            return None;
+        }
+    };
+    inputs.ca_cert_pem = Some(credentials.ca_cert_pem.clone());
+    if let Some(tls) = &credentials.tls {
+        inputs.tls = Some(tls.clone());
+        plan.requeue = credentials.renew_in;
+    }
+    match workload::proxy(given.cpi, &inputs) {
+        Ok(Some(objects)) => Some(objects),
+        Ok(None) => {
+            plan.conditions = disabled();
+            None
+        }
+        Err(e) => {
+            stop(plan, "InvalidSpec", e.to_string(), None);
+            None
+        }
+    }
+}
+
+/// What `spec.proxy.enabled: false` reports.
+pub(super) fn disabled() -> Vec<Desired> {
+    let off = "spec.proxy.enabled is false: nothing is installed in the workload cluster";
+    vec![
+        Desired::ok(types::PROXY_READY, "ProxyDisabled", off),
+        Desired::ok(types::ENDPOINTS_STEERED, "ProxyDisabled", off),
+    ]
+}
+
+/// The install stops before the proxy: ProxyReady says why.
+fn stop(plan: &mut Plan, reason: &str, message: String, requeue: Option<Duration>) {
+    plan.conditions
+        .push(Desired::failed(types::PROXY_READY, reason, message));
+    plan.requeue = requeue;
+}
+
+fn unreachable(mut plan: Plan, why: Unreachable) -> Plan {
+    plan.steps.clear();
+    plan.unreachable = Some(why);
+    plan
+}
+
+/// Where steering stands: a switch, the first steering (service steering
+/// by its hand-over), waiting for the proxy, or steered.
+fn route(plan: &mut Plan, pass: &Pass, record: &mut Record) -> Steer {
+    let mode = pass.mode();
+    let (proxy, retry) = (pass.proxy, pass.given.retry);
+    // With no Node nothing can lose the API: steering goes first, and the
+    // first node's pods find the path as soon as its proxy runs.
+    let no_nodes = !proxy.rolled_out && !pass.facts.any_node;
+    let proxy_up = proxy.rolled_out || no_nodes || taken_over(pass.given.cpi).is_some();
+    match record.now.applied {
+        Some(previous) if previous != mode => {
+            switch::switch(plan, pass, record, previous, proxy_up, no_nodes)
+        }
+        None if proxy_up && mode == Steering::Service && !no_nodes => {
+            // Whatever reached the API before keeps carrying traffic until
+            // the proxy pods are the Service's endpoints.
+            match switch::service_handover(plan, pass, record, no_nodes) {
+                None => Steer::Yes { switched: None },
+                Some(step) => {
+                    plan.conditions.push(Desired::failed(
+                        types::ENDPOINTS_STEERED,
+                        "WaitingForProxy",
+                        format!("{step}; then default/kubernetes is steered"),
+                    ));
+                    plan.retry(retry);
+                    Steer::No
+                }
+            }
+        }
+        None if !proxy_up => {
+            let (ready, desired) = (proxy.ready, proxy.desired);
+            plan.conditions.push(Desired::failed(
+                types::ENDPOINTS_STEERED,
+                "WaitingForProxy",
+                format!(
+                    "default/kubernetes is steered once the proxy is ready on every node ({ready}/{desired}): steering at a proxy that does not answer would cut pods off the API"
+                ),
+            ));
+            plan.retry(retry);
+            Steer::No
+        }
+        _ => Steer::Yes { switched: None },
+    }
+}
+
+/// The CCM override, last: its steps and CCMConfigured.
+fn configure_ccm(plan: &mut Plan, given: &Given, facts: &Facts) {
+    plan.ccm_from = plan.steps.len();
+    let (steps, condition) = ccm::plan(given.cpi, &facts.ccm);
+    plan.steps.extend(steps);
+    plan.conditions.push(condition);
+}

@@ -1,0 +1,305 @@
+//! The invariants of steering, checked on every plan `decide` makes for
+//! generated workload clusters (spec, observed objects, record, clock):
+//! - the record is stored before the first steering write;
+//! - steering starts only at a proxy rolled out on every node (or with no
+//!   Node, or a provider's proxy taken over with ours ready);
+//! - a switch is a hand-over: `Local` only once the EndpointSlice
+//!   controller has listed every ready proxy pod for the handover pause, our
+//!   EndpointSlice deleted only once the Service selects the proxy pods, the
+//!   Service's selector dropped only once our EndpointSlice is written;
+//! - a proxy is removed only when nothing steers at it any more and the
+//!   handover pause has passed since it was replaced;
+//! - a stored record never names one mode as both applied and leaving.
+
+use proptest::prelude::*;
+
+use super::fixture::{NOW, ProxyAt, ServiceAt, World, describe, final_record, name};
+use crate::{
+    api::Steering,
+    controller::workload::{
+        observe::Facts,
+        plan::{Plan, Step},
+    },
+    render::workload::{self, HANDOVER_PAUSE, ServiceRelease, SteeringRecord},
+};
+
+fn steering() -> impl Strategy<Value = Steering> {
+    prop_oneof![Just(Steering::AdvertiseAddress), Just(Steering::Service)]
+}
+
+/// Seconds before [`NOW`]: within the handover pause, or long past it.
+fn ago() -> impl Strategy<Value = Option<i64>> {
+    prop::option::of(prop_oneof![0..=6i64, Just(3600)].prop_map(|s| NOW - s))
+}
+
+/// Records the controller can have stored.
+fn record() -> impl Strategy<Value = Option<SteeringRecord>> {
+    let fields = (
+        prop::option::of(steering()),
+        prop::option::of(steering()),
+        any::<bool>(),
+        ago(),
+        ago(),
+        any::<bool>(),
+        any::<bool>(),
+    );
+    prop::option::of(fields.prop_map(
+        |(applied, leaving, beside, replaced_at, listed_at, released, restored)| {
+            let mut record = SteeringRecord {
+                applied,
+                leaving: leaving.filter(|l| Some(*l) != applied),
+                service_proxy_beside_service: beside || applied == Some(Steering::Service),
+                replaced_at,
+                proxies_listed_at: listed_at,
+                service_released: released,
+                restored: (restored && applied.is_none()).then(|| "given back".to_string()),
+                ..SteeringRecord::default()
+            };
+            // A release before the service proxy moved next to the Service
+            // left a record of service steering with nothing else going on.
+            if applied == Some(Steering::Service) && !beside {
+                record.service_proxy_beside_service = false;
+                record.leaving = None;
+                record.replaced_at = None;
+            }
+            record
+        },
+    ))
+}
+
+fn proxy() -> impl Strategy<Value = ProxyAt> {
+    prop_oneof![
+        Just(ProxyAt::Absent),
+        (0..4i32, 0..4i32).prop_map(|(desired, ready)| ProxyAt::Rolling {
+            desired,
+            ready: ready.min(desired),
+        }),
+        (1..4i32).prop_map(|nodes| ProxyAt::RolledOut { nodes }),
+        (1..4i32).prop_map(|nodes| ProxyAt::Stale { nodes }),
+    ]
+}
+
+fn service() -> impl Strategy<Value = ServiceAt> {
+    prop_oneof![
+        Just(ServiceAt::ApiServer),
+        Just(ServiceAt::Handover),
+        Just(ServiceAt::Steered),
+        Just(ServiceAt::Provider),
+    ]
+}
+
+prop_compose! {
+    fn world()(
+        steering in steering(),
+        take_over in any::<bool>(),
+        record in record(),
+        proxy in proxy(),
+        any_node in any::<bool>(),
+        service in service(),
+        address_steered in any::<bool>(),
+        listed in 0..4i32,
+        provider_proxy in prop::option::of((1..3i32, 0..3i32)),
+        drift in any::<bool>(),
+    ) -> World {
+        World {
+            // The CRD admits a take-over with address steering only.
+            steering: if take_over { Steering::AdvertiseAddress } else { steering },
+            take_over,
+            record,
+            proxy,
+            any_node,
+            service,
+            address_steered,
+            listed,
+            provider_proxy,
+            recent_drift: if drift { vec!["Endpoints rewritten".into()] } else { Vec::new() },
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(10_000))]
+
+    #[test]
+    fn every_plan_keeps_the_steering_invariants(world in world()) {
+        let facts = world.facts();
+        let cpi = world.cpi();
+        let plan = super::decide(&world.given(&cpi), &facts);
+        if let Err(broken) = check(&world, &facts, &plan) {
+            prop_assert!(false, "{broken}\nworld: {world:#?}\nsteps: {:#?}", describe(&plan));
+        }
+    }
+}
+
+/// The first invariant `plan` breaks for `world`.
+fn check(world: &World, facts: &Facts, plan: &Plan) -> Result<(), String> {
+    let steps = &plan.steps;
+    if plan.unreachable.is_some() && !steps.is_empty() {
+        return Err("a plan that stops writes nothing".into());
+    }
+    if facts.record.is_none()
+        && let Some(first) = steps.iter().position(is_steering_write)
+        && !steps[..first].iter().any(|s| matches!(s, Step::Record(_)))
+    {
+        return Err(format!("step {first} steers before the record is stored"));
+    }
+    for record in plan.records() {
+        if record.applied.is_some() && record.applied == record.leaving {
+            return Err(format!(
+                "a record names {:?} applied and leaving",
+                record.applied
+            ));
+        }
+    }
+    only_at_a_ready_proxy(world, facts, plan)?;
+    handed_over(world, facts, plan)?;
+    removed_only_when_unused(world, facts, plan)
+}
+
+/// What the facts say about our proxy, as steering needs it.
+struct Readiness {
+    rolled_out: bool,
+    no_nodes: bool,
+    ready: i32,
+    ready_everywhere: bool,
+}
+
+fn readiness(world: &World, facts: &Facts) -> Readiness {
+    let (desired, ready) = match world.proxy {
+        ProxyAt::Absent => (0, 0),
+        ProxyAt::Rolling { desired, ready } => (desired, ready),
+        ProxyAt::RolledOut { nodes } | ProxyAt::Stale { nodes } => (nodes, nodes),
+    };
+    // Every scheduled node runs a ready pod of the current template.
+    let current = !matches!(world.proxy, ProxyAt::Stale { .. });
+    let rolled_out = current && desired > 0 && ready >= desired;
+    Readiness {
+        rolled_out,
+        no_nodes: !rolled_out && !facts.any_node,
+        ready,
+        ready_everywhere: desired > 0 && ready >= desired,
+    }
+}
+
+/// Steering starts (or a switch steps) only at a proxy that answers on every node.
+fn only_at_a_ready_proxy(world: &World, facts: &Facts, plan: &Plan) -> Result<(), String> {
+    let r = readiness(world, facts);
+    let released = world.take_over
+        && facts.service.as_ref().map(workload::service_release) == Some(ServiceRelease::default());
+    let up = r.rolled_out || r.no_nodes || (world.take_over && (released || r.ready_everywhere));
+    let before = facts.record.as_ref().and_then(|r| r.applied);
+    let after = final_record(plan, facts).and_then(|r| r.applied);
+    if after == Some(world.steering) && before != after && !up {
+        return Err(format!("steers with {after:?} at a proxy that is not up"));
+    }
+    if let Some(switch) = plan.switch.as_ref().filter(|s| !s.steps.is_empty())
+        && !up
+    {
+        return Err(format!(
+            "switch steps {:?} at a proxy that is not up",
+            switch.steps
+        ));
+    }
+    Ok(())
+}
+
+/// Service steering's `Local`, and the release of either path, wait for the
+/// other path to carry traffic.
+fn handed_over(world: &World, facts: &Facts, plan: &Plan) -> Result<(), String> {
+    let r = readiness(world, facts);
+    let listed_all = world.listed >= r.ready.max(1);
+    let paused = facts
+        .record
+        .as_ref()
+        .and_then(|rec| rec.proxies_listed_at)
+        .is_some_and(|t| NOW - t >= HANDOVER_PAUSE.as_secs() as i64);
+    let selected_before = matches!(world.service, ServiceAt::Handover | ServiceAt::Steered);
+    // Service steering that holds already is re-applied at once after a
+    // rewrite by someone else: the hand-over is for a start or a switch.
+    let starting = facts.record.as_ref().and_then(|rec| rec.applied) != Some(Steering::Service);
+    for (i, step) in plan.steps.iter().enumerate() {
+        let earlier = &plan.steps[..i];
+        match step {
+            Step::ApplyFields { object, .. }
+                if object.data.pointer("/spec/internalTrafficPolicy")
+                    == Some(&serde_json::json!("Local"))
+                    && world.service != ServiceAt::Steered
+                    && starting
+                    && !r.no_nodes
+                    && !(listed_all && paused) =>
+            {
+                return Err(format!(
+                    "step {i} turns the Service Local before the pods' slices carry it"
+                ));
+            }
+            Step::Delete(object) if name(object) == "EndpointSlice default/kubernetes" => {
+                let selects = selected_before || earlier.iter().any(is_selector_write);
+                if !selects || !(r.no_nodes || listed_all) {
+                    return Err(format!(
+                        "step {i} deletes our EndpointSlice before the proxy pods carry the traffic"
+                    ));
+                }
+            }
+            Step::Force(object)
+                if name(object).starts_with("Service ")
+                    && !earlier.iter().any(|s| {
+                        matches!(s, Step::Apply { object, .. }
+                            if name(object) == "EndpointSlice default/kubernetes")
+                    }) =>
+            {
+                return Err(format!(
+                    "step {i} releases the Service's selector before our EndpointSlice is written"
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A proxy goes only when nothing steers at it and the pause has passed.
+fn removed_only_when_unused(world: &World, facts: &Facts, plan: &Plan) -> Result<(), String> {
+    let mut in_force = facts.record.clone().unwrap_or_default();
+    let after = final_record(plan, facts).unwrap_or_default();
+    for (i, step) in plan.steps.iter().enumerate() {
+        match step {
+            Step::Record(record) => in_force = record.clone(),
+            Step::RemoveProxy(mode) => {
+                if *mode == world.steering
+                    || in_force.applied == Some(*mode)
+                    || after.applied == Some(*mode)
+                {
+                    return Err(format!(
+                        "step {i} removes the {mode:?} proxy while it steers"
+                    ));
+                }
+                if let Some(wait) = in_force.handover_wait(NOW, HANDOVER_PAUSE) {
+                    return Err(format!(
+                        "step {i} removes the {mode:?} proxy {wait:?} before the handover pause ends"
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A write to what steers `default/kubernetes`.
+fn is_steering_write(step: &Step) -> bool {
+    match step {
+        Step::Apply { object, .. }
+        | Step::ApplyFields { object, .. }
+        | Step::Force(object)
+        | Step::Delete(object) => object.metadata.namespace.as_deref() == Some("default"),
+        Step::PatchService(_) => true,
+        Step::Record(_) | Step::RemoveProxy(_) => false,
+    }
+}
+
+/// A write that makes the Service select the proxy pods.
+fn is_selector_write(step: &Step) -> bool {
+    matches!(step, Step::ApplyFields { object, .. }
+        if name(object) == "Service default/kubernetes"
+            && object.data.pointer("/spec/selector").is_some_and(|s| !s.is_null()))
+}

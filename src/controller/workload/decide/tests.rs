@@ -1,0 +1,418 @@
+//! One test per row of the steering table (docs/architecture.md): the
+//! world before, the plan `decide` makes.
+
+use std::time::Duration;
+
+use super::fixture::{NOW, ProxyAt, ServiceAt, World, condition, describe, final_record};
+use crate::{
+    api::Steering,
+    controller::{
+        apply,
+        status::{Status, types},
+        workload::plan::Step,
+    },
+    render::workload::{HANDOVER_PAUSE, SteeringRecord},
+};
+
+const ADDRESS: Steering = Steering::AdvertiseAddress;
+const SERVICE: Steering = Steering::Service;
+
+fn steered_with(mode: Steering) -> Option<SteeringRecord> {
+    Some(SteeringRecord {
+        applied: Some(mode),
+        service_proxy_beside_service: mode == SERVICE,
+        ..SteeringRecord::default()
+    })
+}
+
+fn steers(plan: &super::Plan) -> (Status, String) {
+    condition(plan, types::ENDPOINTS_STEERED).expect("EndpointsSteered")
+}
+
+fn writes_to_default(plan: &super::Plan) -> Vec<String> {
+    describe(plan)
+        .into_iter()
+        .filter(|s| s.contains(" default/kubernetes") || s.starts_with("PatchService"))
+        .collect()
+}
+
+#[test]
+fn a_first_install_waits_for_the_proxy_before_steering() {
+    let plan = World::new(ADDRESS).decide();
+    assert_eq!(steers(&plan), (Status::False, "WaitingForProxy".into()));
+    assert_eq!(writes_to_default(&plan), Vec::<String>::new());
+    // The record of what default/kubernetes held, then the proxy.
+    let steps = describe(&plan);
+    assert_eq!(steps[0], "Record(applied None, leaving None)");
+    assert!(
+        steps[1..]
+            .iter()
+            .any(|s| s == "Apply DaemonSet kube-system/hcp-ingress-proxy"),
+        "{steps:?}"
+    );
+    assert_eq!(plan.requeue, Some(Duration::from_secs(30)));
+}
+
+#[test]
+fn a_rolled_out_proxy_is_steered_at_after_the_record() {
+    let world = World {
+        proxy: ProxyAt::RolledOut { nodes: 2 },
+        ..World::new(ADDRESS)
+    };
+    let plan = world.decide();
+    assert_eq!(steers(&plan), (Status::True, "AdvertiseAddress".into()));
+    assert_eq!(
+        writes_to_default(&plan),
+        [
+            "Apply Endpoints default/kubernetes",
+            "Apply EndpointSlice default/kubernetes"
+        ]
+    );
+    let records: Vec<_> = plan.records().map(|r| r.applied).collect();
+    assert_eq!(
+        records,
+        [None, Some(ADDRESS)],
+        "recorded before, marked after"
+    );
+    assert_eq!(
+        condition(&plan, types::PROXY_READY),
+        Some((Status::True, "AllNodesReady".into()))
+    );
+}
+
+#[test]
+fn a_cluster_without_nodes_is_steered_at_once() {
+    let world = World {
+        any_node: false,
+        ..World::new(ADDRESS)
+    };
+    let plan = world.decide();
+    assert_eq!(steers(&plan), (Status::True, "AdvertiseAddress".into()));
+    assert_eq!(
+        final_record(&plan, &world.facts()).unwrap().applied,
+        Some(ADDRESS)
+    );
+}
+
+#[test]
+fn a_proxy_whose_template_this_pass_rewrites_is_not_rolled_out() {
+    let world = World {
+        proxy: ProxyAt::Stale { nodes: 2 },
+        ..World::new(ADDRESS)
+    };
+    assert_eq!(
+        steers(&world.decide()),
+        (Status::False, "WaitingForProxy".into())
+    );
+}
+
+#[test]
+fn service_steering_from_the_start_hands_over_step_by_step() {
+    let rolled_out = World {
+        proxy: ProxyAt::RolledOut { nodes: 2 },
+        ..World::new(SERVICE)
+    };
+    // 1. The Service selects the proxy pods, its policy untouched.
+    let plan = rolled_out.decide();
+    assert_eq!(steers(&plan), (Status::False, "WaitingForProxy".into()));
+    assert_eq!(
+        writes_to_default(&plan),
+        ["ApplyFields Service default/kubernetes"]
+    );
+    let Some(Step::ApplyFields { object, .. }) = plan
+        .steps
+        .iter()
+        .find(|s| matches!(s, Step::ApplyFields { .. }))
+    else {
+        panic!("no Service write");
+    };
+    assert_eq!(object.data.pointer("/spec/internalTrafficPolicy"), None);
+    // 2. Its slices list one of two proxies: wait.
+    let listing = World {
+        service: ServiceAt::Handover,
+        listed: 1,
+        record: Some(SteeringRecord::default()),
+        ..rolled_out.clone()
+    };
+    let plan = listing.decide();
+    assert!(steers(&plan).1 == "WaitingForProxy" && writes_to_default(&plan).is_empty());
+    // 3. Every proxy listed: the time is recorded, the pause begins.
+    let listed = World {
+        listed: 2,
+        ..listing
+    };
+    let plan = listed.decide();
+    assert_eq!(
+        final_record(&plan, &listed.facts())
+            .unwrap()
+            .proxies_listed_at,
+        Some(NOW)
+    );
+    assert!(writes_to_default(&plan).is_empty());
+    // 4. After the pause: Local, and the record says service steering holds.
+    let paused = World {
+        record: Some(SteeringRecord {
+            proxies_listed_at: Some(NOW - 6),
+            ..SteeringRecord::default()
+        }),
+        ..listed
+    };
+    let plan = paused.decide();
+    assert_eq!(steers(&plan), (Status::True, "ServiceSelector".into()));
+    let record = final_record(&plan, &paused.facts()).unwrap();
+    assert_eq!(
+        (record.applied, record.proxies_listed_at),
+        (Some(SERVICE), None)
+    );
+}
+
+#[test]
+fn a_switch_waits_for_the_new_proxy_and_says_so_in_the_record() {
+    let world = World {
+        record: steered_with(ADDRESS),
+        address_steered: true,
+        ..World::new(SERVICE)
+    };
+    let plan = world.decide();
+    assert_eq!(steers(&plan), (Status::True, "SwitchPending".into()));
+    assert!(writes_to_default(&plan).is_empty());
+    let record = final_record(&plan, &world.facts()).unwrap();
+    assert_eq!(
+        (record.applied, record.leaving),
+        (Some(ADDRESS), Some(SERVICE))
+    );
+}
+
+#[test]
+fn a_switch_to_service_releases_the_advertise_address_once_the_pods_carry_traffic() {
+    let world = World {
+        record: Some(SteeringRecord {
+            leaving: Some(SERVICE),
+            proxies_listed_at: Some(NOW - 60),
+            ..steered_with(ADDRESS).unwrap()
+        }),
+        address_steered: true,
+        proxy: ProxyAt::RolledOut { nodes: 2 },
+        service: ServiceAt::Handover,
+        listed: 2,
+        ..World::new(SERVICE)
+    };
+    let plan = world.decide();
+    assert_eq!(steers(&plan), (Status::True, "ServiceSelector".into()));
+    assert_eq!(
+        writes_to_default(&plan),
+        [
+            "Delete EndpointSlice default/kubernetes",
+            "Force Endpoints default/kubernetes",
+            "ApplyFields Service default/kubernetes",
+        ]
+    );
+    let switch = plan.switch.clone().expect("a switch");
+    assert_eq!(
+        (switch.from, switch.to, switch.steps.len()),
+        (ADDRESS, SERVICE, 2)
+    );
+    let record = final_record(&plan, &world.facts()).unwrap();
+    assert_eq!(
+        (record.applied, record.leaving, record.replaced_at),
+        (Some(SERVICE), Some(ADDRESS), Some(NOW))
+    );
+    assert_eq!(plan.requeue, Some(HANDOVER_PAUSE));
+    assert!(
+        !describe(&plan).iter().any(|s| s.starts_with("RemoveProxy")),
+        "the old proxy goes later"
+    );
+}
+
+#[test]
+fn a_switch_to_the_advertise_address_writes_it_before_the_selector_goes() {
+    let world = World {
+        record: Some(SteeringRecord {
+            leaving: Some(ADDRESS),
+            ..steered_with(SERVICE).unwrap()
+        }),
+        proxy: ProxyAt::RolledOut { nodes: 2 },
+        service: ServiceAt::Steered,
+        listed: 2,
+        ..World::new(ADDRESS)
+    };
+    let plan = world.decide();
+    assert_eq!(
+        writes_to_default(&plan),
+        [
+            "Apply EndpointSlice default/kubernetes",
+            "Force Service default/kubernetes",
+            "Delete EndpointSlice default/kubernetes-abcde",
+            "Apply Endpoints default/kubernetes",
+        ]
+    );
+    assert_eq!(steers(&plan), (Status::True, "AdvertiseAddress".into()));
+}
+
+#[test]
+fn the_proxy_switched_away_from_goes_after_the_handover_pause() {
+    let leaving = |ago: i64| World {
+        record: Some(SteeringRecord {
+            leaving: Some(SERVICE),
+            replaced_at: Some(NOW - ago),
+            ..steered_with(ADDRESS).unwrap()
+        }),
+        address_steered: true,
+        proxy: ProxyAt::RolledOut { nodes: 2 },
+        ..World::new(ADDRESS)
+    };
+    let plan = leaving(2).decide();
+    assert!(!plan.steps.contains(&Step::RemoveProxy(SERVICE)));
+    assert_eq!(plan.requeue, Some(Duration::from_secs(3)));
+    let world = leaving(60);
+    let plan = world.decide();
+    assert!(plan.steps.contains(&Step::RemoveProxy(SERVICE)));
+    assert_eq!(final_record(&plan, &world.facts()).unwrap().leaving, None);
+}
+
+#[test]
+fn at_steady_state_every_write_is_already_made() {
+    for (mode, service) in [
+        (ADDRESS, ServiceAt::ApiServer),
+        (SERVICE, ServiceAt::Steered),
+    ] {
+        let world = World {
+            record: steered_with(mode),
+            address_steered: mode == ADDRESS,
+            proxy: ProxyAt::RolledOut { nodes: 3 },
+            service,
+            ..World::new(mode)
+        };
+        let plan = world.decide();
+        for step in &plan.steps {
+            let made = match step {
+                Step::Apply { object, live } => {
+                    apply::up_to_date(object, &apply::digest(object), live.as_ref())
+                }
+                Step::ApplyFields { object, live } => live.as_ref().is_some_and(|live| {
+                    apply::is_subset(
+                        &serde_json::to_value(object).unwrap()["spec"],
+                        &serde_json::to_value(live).unwrap()["spec"],
+                    )
+                }),
+                _ => false,
+            };
+            assert!(made, "{mode:?}: {step:?} would write");
+        }
+        assert_eq!(plan.requeue, None, "{mode:?}");
+    }
+}
+
+#[test]
+fn a_rewrite_by_someone_else_is_reported_and_steered_again() {
+    let world = World {
+        record: steered_with(ADDRESS),
+        address_steered: true,
+        proxy: ProxyAt::RolledOut { nodes: 1 },
+        ..World::new(ADDRESS)
+    };
+    let mut facts = world.facts();
+    // The API server's endpoint reconciler wrote its own address back.
+    let endpoints = facts.as_read.endpoints.as_mut().unwrap();
+    endpoints.data["subsets"][0]["addresses"][0]["ip"] = "192.0.2.10".into();
+    let cpi = world.cpi();
+    let plan = super::decide(&world.given(&cpi), &facts);
+    assert_eq!(
+        steers(&plan),
+        (Status::False, "EndpointsOverwritten".into())
+    );
+    assert!(plan.drift[0].contains("192.0.2.10"), "{:?}", plan.drift);
+    // A rewrite seen a pass ago stays in the status for a while.
+    let remembered = World {
+        recent_drift: vec!["Endpoints default/kubernetes holds 192.0.2.10 (3 s ago)".into()],
+        ..world
+    }
+    .decide();
+    assert_eq!(
+        steers(&remembered),
+        (Status::False, "EndpointsOverwritten".into())
+    );
+    assert!(remembered.drift.is_empty(), "nothing new to remember");
+}
+
+#[test]
+fn an_advertise_address_of_the_other_family_writes_nothing() {
+    let world = World::new(ADDRESS);
+    let mut cpi = world.cpi();
+    cpi.spec.proxy.as_mut().unwrap().advertise_address = Some("240.0.0.9".into());
+    let mut facts = world.facts();
+    facts
+        .service
+        .as_mut()
+        .unwrap()
+        .spec
+        .as_mut()
+        .unwrap()
+        .cluster_ip = Some("fd00:10:96::1".into());
+    let plan = super::decide(&world.given(&cpi), &facts);
+    assert!(plan.steps.is_empty(), "{:?}", describe(&plan));
+    assert_eq!(
+        steers(&plan),
+        (Status::False, "AddressFamilyMismatch".into())
+    );
+    assert_eq!(
+        condition(&plan, types::PROXY_READY),
+        Some((Status::False, "InvalidSpec".into()))
+    );
+}
+
+#[test]
+fn without_the_cluster_ca_nothing_is_written() {
+    let world = World::new(ADDRESS);
+    let mut facts = world.facts();
+    facts.credentials = Err("Secret tenants/tenant-01-ca not found".into());
+    let cpi = world.cpi();
+    let plan = super::decide(&world.given(&cpi), &facts);
+    assert!(plan.steps.is_empty());
+    assert_eq!(
+        condition(&plan, types::PROXY_READY),
+        Some((Status::False, "CANotAvailable".into()))
+    );
+    assert_eq!(plan.requeue, Some(Duration::from_secs(30)));
+}
+
+#[test]
+fn a_take_over_installs_beside_the_provider_until_ours_is_ready() {
+    let waiting = World {
+        take_over: true,
+        service: ServiceAt::Provider,
+        proxy: ProxyAt::Rolling {
+            desired: 2,
+            ready: 1,
+        },
+        provider_proxy: Some((2, 2)),
+        ..World::new(ADDRESS)
+    };
+    let plan = waiting.decide();
+    assert_eq!(steers(&plan), (Status::True, "ManagedByUpstream".into()));
+    assert!(writes_to_default(&plan).is_empty());
+    assert_eq!(plan.records().count(), 0);
+
+    let ready = World {
+        proxy: ProxyAt::RolledOut { nodes: 2 },
+        ..waiting
+    };
+    let plan = ready.decide();
+    let writes = writes_to_default(&plan);
+    assert!(
+        writes[0].starts_with("PatchService {\"metadata\""),
+        "unlabel first: {writes:?}"
+    );
+    assert_eq!(writes[1], "Apply EndpointSlice default/kubernetes");
+    assert!(
+        writes[2].starts_with("PatchService {\"spec\""),
+        "{writes:?}"
+    );
+    assert!(
+        final_record(&plan, &ready.facts())
+            .unwrap()
+            .service_released
+    );
+    assert_eq!(steers(&plan), (Status::True, "TakeOverPending".into()));
+    assert_eq!(plan.events.len(), 1, "NodeProxyTakenOver");
+}
