@@ -7,7 +7,6 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    net::TcpListener,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::Duration,
@@ -39,11 +38,9 @@ fn scratch() -> PathBuf {
     dir
 }
 
+/// A port the controller binds a moment later (see [`realkube::free_port`]).
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    realkube::free_port()
 }
 
 /// A real API server with the CRDs of the kinds the controller may watch

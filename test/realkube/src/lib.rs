@@ -186,12 +186,36 @@ fn binary(bin: &Path, name: &str) -> Result<PathBuf, Error> {
     }
 }
 
-/// A free loopback port (released again: the process binds it a moment later).
-fn free_port() -> u16 {
+/// A free port for a process that binds it a moment later (on any address).
+///
+/// Picked below the kernel's ephemeral range (`ip_local_port_range`,
+/// 32768-60999 by default), never from it: the local ports of outgoing
+/// connections come from that range, and on a busy machine one of them can
+/// take a port picked there before the process binds it ("Address already
+/// in use"). Each call moves a per-process cursor that starts at an offset
+/// of the process id, so parallel tests and test processes spread out.
+pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FLOOR: u32 = 10_000;
+    static CURSOR: AtomicU32 = AtomicU32::new(0);
+    let ceiling = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .filter(|low| *low > FLOOR + 1_000)
+        .unwrap_or(32_768);
+    let span = ceiling - FLOOR;
+    let start = std::process::id().wrapping_mul(7_919) % span;
+    for _ in 0..span {
+        let step = CURSOR.fetch_add(1, Ordering::Relaxed);
+        let port = u16::try_from(FLOOR + start.wrapping_add(step) % span).expect("below 65536");
+        if TcpListener::bind(("0.0.0.0", port)).is_ok() {
+            return port;
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
-        .expect("a free loopback port")
+        .expect("a free port")
 }
 
 fn write(path: &Path, text: &str) -> Result<(), Error> {
