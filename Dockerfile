@@ -2,12 +2,16 @@
 # One image for the controller and the node proxy: static (musl) binaries on
 # distroless/static, non-root. Multi-arch: build with
 #   docker buildx build --platform linux/amd64,linux/arm64 .
-# (hack/build-image.sh). The build stage runs on the builder's own platform
-# and cross-compiles for TARGETARCH, so no emulation is needed.
+# (hack/build-image.sh, the release workflow). The build stage runs on the
+# builder's own platform and cross-compiles for TARGETARCH, so no emulation
+# is needed. Without Docker, hack/build-image-tarball.sh builds the final
+# stage as an OCI tarball; test/release/image.rs keeps the two equal.
 
 FROM --platform=$BUILDPLATFORM rust:1.95-bookworm AS build
 ARG TARGETARCH
 ARG BUILDARCH
+# The version hack/install-tool.sh pins (test/release compares them).
+ARG CARGO_AUDITABLE_VERSION=0.7.7
 WORKDIR /src
 RUN set -eux; \
     case "$TARGETARCH" in \
@@ -21,7 +25,16 @@ RUN set -eux; \
     rm -rf /var/lib/apt/lists/*; \
     rustup target add "$target"; \
     echo "$target" > /target; echo "$gnu" > /gnu
+# cargo auditable embeds the dependency list in each binary (section
+# .dep-v0), where image scanners (Trivy, Grype, Syft) read what a Rust
+# binary was built from; docs/release.md.
+RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
+    cargo install --locked --version "$CARGO_AUDITABLE_VERSION" cargo-auditable
 COPY . .
+# The commit's time, when the build passes it (the release workflow does):
+# gcc writes it for __DATE__ and __TIME__ (mimalloc prints its build time),
+# so the same commit builds the same binaries.
+ARG SOURCE_DATE_EPOCH
 # C code of dependencies (aws-lc) is built with the target's gcc and its
 # libc headers (libc6-dev-*-cross: without them C dependencies do not
 # compile for another architecture); Rust's musl targets link their own
@@ -34,7 +47,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
       upper="$(echo "$target" | tr 'a-z-' 'A-Z_')"; \
       export "CARGO_TARGET_${upper}_LINKER=${gnu}-gcc" "CC_$(echo "$target" | tr '-' '_')=${gnu}-gcc"; \
     fi; \
-    cargo build --release --locked --target "$target" --bin hcp-ingress --bin hcp-ingress-proxy; \
+    cargo auditable build --release --locked --target "$target" --bin hcp-ingress --bin hcp-ingress-proxy; \
     cp "target/$target/release/hcp-ingress" "target/$target/release/hcp-ingress-proxy" /
 
 FROM gcr.io/distroless/static-debian12:nonroot

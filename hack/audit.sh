@@ -51,14 +51,5 @@ fi
 # Unused dependencies: cargo-machete reads each package's sources for the
 # crates its Cargo.toml names. Built from crates.io once per version into
 # the tools cache (about a minute), outside the checkout.
-MACHETE_VERSION=0.9.2
-tools="${HCP_TOOLS_BIN:-$HOME/.cache/hcp-ingress/tools/bin}"
-machete="$tools/cargo-machete-$MACHETE_VERSION"
-if [ ! -x "$machete" ]; then
-  root="$(mktemp -d)"
-  cargo install --quiet --locked --version "$MACHETE_VERSION" --root "$root" cargo-machete
-  mkdir -p "$tools"
-  mv "$root/bin/cargo-machete" "$machete"
-  rm -rf "$root"
-fi
+machete="$(bash hack/install-tool.sh cargo-machete)"
 "$machete"

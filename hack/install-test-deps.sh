@@ -6,6 +6,7 @@
 # wrk, python3: benchmark rig; openssl, curl: certificates and probes;
 # dnsmasq-base: a real DNS server for the doctor test (no system service);
 # musl-tools: the image's static build (hack/check-image-proxy.sh);
+# the shellcheck package: actionlint checks the release workflow's scripts with it;
 # lua-json: the json module haproxy-ingress's Lua loads (Debian's HAProxy 2.6
 # runs Lua 5.3), for test/ingress.
 set -euo pipefail
@@ -14,7 +15,8 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 bash "$(dirname "$0")/install-run-deps.sh"
 $SUDO apt-get install -y --no-install-recommends \
-  haproxy nginx libnginx-mod-stream iproute2 iptables wrk openssl python3 ca-certificates curl dnsmasq-base musl-tools lua-json
+  haproxy nginx libnginx-mod-stream iproute2 iptables wrk openssl python3 ca-certificates curl dnsmasq-base musl-tools lua-json \
+  shellcheck
 # The packages start system services; tests start their own instances.
 $SUDO service haproxy stop >/dev/null 2>&1 || true
 $SUDO service nginx stop >/dev/null 2>&1 || true
@@ -53,3 +55,9 @@ bash "$(dirname "$0")/capi/build.sh" >/dev/null
 bash "$(dirname "$0")/install-helm.sh" >/dev/null
 # Prometheus's PromQL parser, for the chart tests' dashboard and alert queries.
 bash "$(dirname "$0")/install-promql.sh" >/dev/null
+# The image and the release (hack/check-image-proxy.sh, hack/build-image-tarball.sh,
+# test/release): cargo-auditable from crates.io, go-containerregistry's image
+# writer and actionlint from the Go module proxy, pinned in hack/install-tool.sh.
+for tool in cargo-auditable ociimage actionlint; do
+  bash "$(dirname "$0")/install-tool.sh" "$tool" >/dev/null
+done

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The test command of the README: format, lints, the dependency audit, the
-# image's proxy build (hack/check-image-proxy.sh), then every test of the workspace,
+# image's build (hack/check-image-proxy.sh, then hack/build-image-tarball.sh
+# packs those binaries as the image), then every test of the workspace,
 # then the real-cluster tests again on the oldest releases we support (the version
 # matrix, docs/compatibility.md).
 # Installs the test peers (haproxy, nginx, iptables, ...) first when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for tool in haproxy nginx iptables ip wrk dnsmasq cargo-deny musl-gcc; do
+for tool in haproxy nginx iptables ip wrk dnsmasq cargo-deny musl-gcc shellcheck; do
   command -v "$tool" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v "$tool" >/dev/null 2>&1 || {
     echo "hack/test.sh: $tool is missing, installing the test peers" >&2
     bash hack/install-test-deps.sh
@@ -38,10 +39,16 @@ bash hack/consumers/haproxytech.sh --build-only >/dev/null
 # helm for the chart tests, built once from the Go module proxy.
 bash hack/install-helm.sh >/dev/null
 bash hack/install-promql.sh >/dev/null
+# The image's and the release's tools (test/release), likewise.
+for tool in cargo-auditable ociimage actionlint; do bash hack/install-tool.sh "$tool" >/dev/null; done
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 bash hack/audit.sh
-bash hack/check-image-proxy.sh
+musl_bins="$(bash hack/check-image-proxy.sh)"
+# The image without Docker, from those same binaries; test/release/image.rs
+# checks it against the Dockerfile.
+HCP_IMAGE_TARBALL="$(BIN_DIR="$musl_bins" bash hack/build-image-tarball.sh)"
+export HCP_IMAGE_TARBALL
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --locked --no-fail-fast
 else

@@ -30,7 +30,7 @@ const KINDS: &[(&str, bool)] = &[
 ];
 
 /// Run `hack/release-manifests.sh` into `out` with extra environment; returns (success, stderr).
-fn run_release_script(out: &Path, env: &[(&str, &str)]) -> (bool, String) {
+pub(crate) fn run_release_script(out: &Path, env: &[(&str, &str)]) -> (bool, String) {
     let mut cmd = Command::new("bash");
     cmd.arg("hack/release-manifests.sh")
         .current_dir(root())
@@ -47,7 +47,7 @@ fn run_release_script(out: &Path, env: &[(&str, &str)]) -> (bool, String) {
 
 /// A folder of this test process: nextest runs each test in its own process,
 /// and a shared folder would be rewritten under a test that is reading it.
-fn out_dir(name: &str) -> PathBuf {
+pub(crate) fn out_dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("release-{}", std::process::id()))
         .join(name)

@@ -1,6 +1,7 @@
 //! Release packaging tests: the clusterctl add-on components that
 //! `hack/release-manifests.sh` builds with `kubectl kustomize`, the provider
-//! `metadata.yaml`, the k0rdent chart values and the ClusterResourceSet recipe.
+//! `metadata.yaml`, the k0rdent chart values and the ClusterResourceSet recipe,
+//! the image tarball against the Dockerfile, and the release workflow.
 //! The variables are substituted by the real clusterctl (hack/capi/build.sh);
 //! installing, deleting and moving with it on real API servers is test/capi.
 //!
@@ -10,7 +11,10 @@
 //! as a difference).
 
 mod components;
+mod image;
+mod oci;
 mod templates;
+mod workflow;
 
 use std::path::Path;
 
@@ -19,6 +23,18 @@ use serde_json::Value;
 /// The repository root.
 pub fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Run `cmd`, failing the test with `what` and its output unless it succeeds.
+pub fn run_ok(cmd: &mut std::process::Command, what: &str) -> std::process::Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 /// Parse a multi-document YAML text into JSON values (empty documents dropped).

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The command-line tools our checks run, each at a pinned version, built once
+# from its registry (the Go module proxy, crates.io) into a cache outside the
+# checkout. A second run with the tool present returns at once.
+#   hack/install-tool.sh NAME               # builds it when missing, prints its path
+#   hack/install-tool.sh NAME --print-path  # prints where it is (or would be)
+# NAME:
+#   actionlint       the GitHub workflow linter (hack/check-release.sh)
+#   cargo-auditable  embeds the dependency list in the release binaries
+#                    (hack/check-image-proxy.sh, the Dockerfile pins the same)
+#   cargo-machete    unused dependencies (hack/audit.sh)
+#   ociimage         hack/ociimage/main.go: the image as an OCI layout
+#                    (hack/build-image-tarball.sh)
+#   promql           hack/promql/main.go: Prometheus's PromQL parser (chart tests)
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+name="${1:?usage: hack/install-tool.sh NAME [--print-path]}"
+bin="${HCP_TOOLS_BIN:-$HOME/.cache/hcp-ingress/tools/bin}"
+
+# kind: go-main (hack/NAME/main.go in a throw-away module that requires
+# MODULE), go-install (a command of MODULE) or crate (a crates.io package).
+case "$name" in
+  actionlint) kind=go-install module=github.com/rhysd/actionlint/cmd/actionlint version=v1.7.12 ;;
+  cargo-auditable) kind=crate version=0.7.7 ;;
+  cargo-machete) kind=crate version=0.9.2 ;;
+  ociimage) kind=go-main module=github.com/google/go-containerregistry version=v0.22.1 ;;
+  promql) kind=go-main module=github.com/prometheus/prometheus version="${PROMETHEUS_VERSION:-v0.316.0}" ;;
+  *) echo "hack/install-tool.sh: unknown tool $name" >&2; exit 2 ;;
+esac
+case "$kind" in
+  # Keyed by main.go too: a changed tool is rebuilt, never a stale one used.
+  go-main) tool="$bin/$name-$version-$(sha256sum "$here/$name/main.go" | cut -c1-12)" ;;
+  go-install) tool="$bin/$name-$version" ;;
+  # Under its own name in a folder of its version: cargo finds a subcommand
+  # (`cargo auditable`) by its file name on PATH.
+  crate) tool="$bin/crates/$name-$version/$name" ;;
+esac
+if [[ "${2:-}" == "--print-path" ]]; then echo "$tool"; exit 0; fi
+if [[ -x "$tool" ]]; then echo "$tool"; exit 0; fi
+
+mkdir -p "$bin"
+echo "hack/install-tool.sh: building $name $version into $bin" >&2
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+if [[ "$kind" == crate ]]; then
+  cargo install --quiet --locked --version "$version" --root "$work" "$name"
+  mkdir -p "$(dirname "$tool")"
+  mv "$work/bin/$name" "$tool"
+  echo "$tool"
+  exit 0
+fi
+command -v go >/dev/null || { echo "hack/install-tool.sh: go is not installed" >&2; exit 1; }
+# The checksum database is not reachable from every machine that reaches the
+# module proxy, so the proxy is the source of truth (as hack/kube/build.sh).
+export GOSUMDB="${GOSUMDB:-off}" GOTOOLCHAIN=local CGO_ENABLED=0
+if [[ "$kind" == go-install ]]; then
+  GOBIN="$work" go install -trimpath -ldflags "-s -w" "$module@$version"
+  mv "$work/$(basename "$module")" "$tool"
+else
+  export GOFLAGS="-mod=mod"
+  cp "$here/$name/main.go" "$work/"
+  cat >"$work/go.mod" <<MOD
+module hcp-ingress.dev/$name
+
+go 1.26
+
+require $module $version
+MOD
+  (
+    cd "$work"
+    go mod tidy >/dev/null 2>&1 || true
+    go build -trimpath -ldflags "-s -w" -o "$tool.tmp" .
+  )
+  mv "$tool.tmp" "$tool"
+fi
+echo "$tool"
