@@ -8,7 +8,9 @@
 # musl-tools: the image's static build (hack/check-image-proxy.sh);
 # the shellcheck package: actionlint checks the release workflow's scripts with it;
 # lua-json: the json module haproxy-ingress's Lua loads (Debian's HAProxy 2.6
-# runs Lua 5.3), for test/ingress.
+# runs Lua 5.3), for test/ingress;
+# runc + containernetworking-plugins: the real node's runtime and pod network
+# (test/realnode: containerd and the kubelet come from hack/node/build.sh).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 SUDO=""
@@ -16,7 +18,7 @@ SUDO=""
 bash "$(dirname "$0")/install-run-deps.sh"
 $SUDO apt-get install -y --no-install-recommends \
   haproxy nginx libnginx-mod-stream iproute2 iptables wrk openssl python3 ca-certificates curl dnsmasq-base musl-tools lua-json \
-  shellcheck
+  shellcheck runc containernetworking-plugins
 # The packages start system services; tests start their own instances.
 $SUDO service haproxy stop >/dev/null 2>&1 || true
 $SUDO service nginx stop >/dev/null 2>&1 || true
@@ -40,6 +42,10 @@ fi
 # kube-apiserver, kube-controller-manager, kube-scheduler, kwok), built once
 # per version from the Go module proxy into ~/.cache/hcp-ingress/kube.
 bash "$(dirname "$0")/kube/build.sh" >/dev/null
+# The real node of test/ingress/node.rs (kubelet, containerd, the pause
+# image), built once per version into ~/.cache/hcp-ingress/node (hack/test.sh
+# builds the workload floor's kubelet too).
+bash "$(dirname "$0")/node/build.sh" >/dev/null
 # The real consumers of our routes in test/ingress (Traefik, haproxy-ingress,
 # k0smotron), built once per version into ~/.cache/hcp-ingress/consumers.
 bash "$(dirname "$0")/consumers/build.sh" >/dev/null

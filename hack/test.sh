@@ -7,7 +7,7 @@
 # Installs the test peers (haproxy, nginx, iptables, ...) first when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for tool in haproxy nginx iptables ip wrk dnsmasq cargo-deny musl-gcc shellcheck; do
+for tool in haproxy nginx iptables ip wrk dnsmasq cargo-deny musl-gcc shellcheck runc; do
   command -v "$tool" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v "$tool" >/dev/null 2>&1 || {
     echo "hack/test.sh: $tool is missing, installing the test peers" >&2
     bash hack/install-test-deps.sh
@@ -20,6 +20,9 @@ done
 # The real API servers the controller tests run against: built once per
 # version (minutes the first time), then found in the cache at once.
 bash hack/kube/build.sh >/dev/null
+# The real node (kubelet, containerd, the pause image: test/ingress/node.rs), likewise.
+[ -x /usr/lib/cni/bridge ] || bash hack/install-test-deps.sh
+bash hack/node/build.sh >/dev/null
 # clusterctl and the Cluster API manager (test/capi, test/release), likewise.
 bash hack/capi/build.sh >/dev/null
 # The version matrix (docs/compatibility.md): the oldest Kubernetes release of
@@ -30,6 +33,9 @@ bash hack/capi/build.sh >/dev/null
 . hack/capi/versions.env
 kube_management_min="$(HCP_KUBE_VERSION="$KUBE_VERSION_MANAGEMENT_MIN" bash hack/kube/build.sh)"
 kube_workload_min="$(HCP_KUBE_VERSION="$KUBE_VERSION_WORKLOAD_MIN" bash hack/kube/build.sh)"
+# A node's kubelet is never newer than its API server: the oldest workload
+# release gets its own kubelet (the same containerd).
+node_workload_min="$(HCP_KUBE_VERSION="$KUBE_VERSION_WORKLOAD_MIN" bash hack/node/build.sh)"
 HCP_CAPI_VERSION="$CAPI_VERSION_MIN" bash hack/capi/build.sh >/dev/null
 # Traefik, haproxy-ingress and k0smotron (test/ingress), likewise; haproxy-ingress's Lua
 # needs Debian's lua-json.
@@ -69,7 +75,7 @@ matrix() {
   local target="$1"; shift
   echo "hack/test.sh: --test $target on management $KUBE_VERSION_MANAGEMENT_MIN, workload $KUBE_VERSION_WORKLOAD_MIN, Cluster API $CAPI_VERSION_MIN" >&2
   HCP_KUBE_BIN_MANAGEMENT="$kube_management_min" HCP_KUBE_BIN_WORKLOAD="$kube_workload_min" \
-    HCP_CAPI_VERSION="$CAPI_VERSION_MIN" \
+    HCP_NODE_BIN="$node_workload_min" HCP_CAPI_VERSION="$CAPI_VERSION_MIN" \
     cargo test --workspace --locked --no-fail-fast --test "$target" -- "$@" \
     || matrix_failed+=("$target")
 }
@@ -85,7 +91,8 @@ matrix capi
 # clusterctl's variable substitution of our release assets, same minor.
 matrix release
 # The real ingress controllers reading the routes the controller wrote into a
-# 1.33 management cluster, and a pod's whole path to its tenant's 1.30 API server.
+# 1.33 management cluster, a pod's whole path to its tenant's 1.30 API server,
+# and the node proxy as a pod of a 1.30 kubelet.
 matrix ingress
 # The chart's objects, as helm renders them, into a 1.33 management cluster.
 matrix chart live::every_ci_values_file_installs

@@ -256,7 +256,17 @@ impl Bed {
     /// Start the bed; `extra_crds` are the consumer's own CRD files (the
     /// kinds it watches beyond those hcp-ingress reads).
     pub async fn start(extra_crds: &[PathBuf]) -> Bed {
-        Bed::start_inner(extra_crds, false).await
+        Bed::start_inner(extra_crds, false, false).await
+    }
+
+    /// Start the bed with a tenant that real kubelets join (test/realnode):
+    /// its kube-controller-manager (DaemonSets, ServiceAccount tokens,
+    /// EndpointSlices) and kube-scheduler run, the Node authorizer is on, and
+    /// it writes no endpoints of its own for `default/kubernetes`
+    /// (`--endpoint-reconciler-type=none`, as hosted control planes run it):
+    /// the steering is the controller's alone.
+    pub async fn start_for_nodes() -> Bed {
+        Bed::start_inner(&[], false, true).await
     }
 
     /// Start the bed with `own_crds` in place of the files of
@@ -264,10 +274,10 @@ impl Bed {
     /// a kind hcp-ingress reads (k0smotron v1.10.9 serves v1beta1 only where
     /// the shared schemas are v2's).
     pub async fn start_with_own_crds(own_crds: &[PathBuf]) -> Bed {
-        Bed::start_inner(own_crds, true).await
+        Bed::start_inner(own_crds, true, false).await
     }
 
-    async fn start_inner(extra_crds: &[PathBuf], replace_shared: bool) -> Bed {
+    async fn start_inner(extra_crds: &[PathBuf], replace_shared: bool, nodes: bool) -> Bed {
         let slot = SLOTS.acquire().await.unwrap();
         let dir = Scratch(Some(
             tempfile::Builder::new()
@@ -288,6 +298,10 @@ impl Bed {
             realkube::Cluster::start(realkube::Options {
                 name: "tenant".into(),
                 extra_sans: vec![API_HOST.into()],
+                controller_manager: nodes,
+                scheduler: nodes,
+                real_nodes: nodes,
+                endpoint_reconciler: if nodes { "none" } else { "lease" }.into(),
                 ..realkube::Options::default()
             })
         );

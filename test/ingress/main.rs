@@ -28,6 +28,7 @@ mod consumers;
 mod haproxy_ingress;
 mod haproxytech;
 mod k0smotron;
+mod node;
 mod tls;
 mod traefik;
 mod whole_path;

@@ -97,7 +97,7 @@ async fn a_pod_reaches_its_api_server_through_the_node_proxy_and_the_ingress_whi
     // The management side of a CAPI workload cluster: an initialized
     // Cluster, its admin kubeconfig and its CA (the tenant's own).
     connect_workload(&bed).await;
-    let upstream = |addr: Ipv4Addr| json!([addr.to_string()]);
+    let upstream = |addr: Ipv4Addr| json!({"upstreams": [addr.to_string()]});
     apply_cpi(&bed, https, upstream(net.ingress[0])).await;
     bed.route_written_by_controller(RouteKind::Ingress, &format!("{ROUTE_PREFIX}{CLUSTER}"))
         .await;
@@ -181,20 +181,8 @@ async fn a_pod_reaches_its_api_server_through_the_node_proxy_and_the_ingress_whi
     // thirds of its life but still valid. The kubelet swaps the volume and
     // new connections get it (unless the controller, reconciling on its
     // own, replaced it first).
-    let aged = aged_certificate(&bed);
+    let aged = plant_aged_certificate(&bed, &workload, PROXY_NS).await;
     let aged_der = der(&aged.cert_pem);
-    Api::<Secret>::namespaced(workload.clone(), PROXY_NS)
-        .patch(
-            PROXY_NAME,
-            &PatchParams::apply(hcp_ingress::api::MANAGER).force(),
-            &Patch::Apply(
-                json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-                "metadata": {"name": PROXY_NAME, "namespace": PROXY_NS},
-                "stringData": {"tls.crt": aged.cert_pem, "tls.key": aged.key_pem}}),
-            ),
-        )
-        .await
-        .unwrap();
     calls.wait_for_new_leaf(&first, &proxy).await;
     calls.wait_for(calls.total() + 10).await;
 
@@ -312,7 +300,7 @@ async fn a_pod_reaches_its_api_server_through_the_node_proxy_and_the_ingress_whi
 /// Cluster (control plane initialized), `<cluster>-kubeconfig` (the
 /// tenant's admin kubeconfig) and `<cluster>-ca` (the tenant's CA, which its
 /// API server trusts for client certificates and pods trust for the API).
-async fn connect_workload(bed: &Bed) {
+pub async fn connect_workload(bed: &Bed) {
     apply(
         &bed.client,
         json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
@@ -356,10 +344,10 @@ async fn connect_workload(bed: &Bed) {
     }
 }
 
-/// The tenant's ControlPlaneIngress: haproxy-ingress's route, and the node
-/// proxy with `upstreams` (the shared ingress's addresses, as seen from the
-/// nodes) and the ingress's port.
-async fn apply_cpi(bed: &Bed, port: u16, upstreams: Value) {
+/// The tenant's ControlPlaneIngress: haproxy-ingress's route at the
+/// ingress's `port`, and the node proxy as `proxy` says (its `upstreams`:
+/// the shared ingress's addresses, as seen from the nodes).
+pub async fn apply_cpi(bed: &Bed, port: u16, proxy: Value) {
     apply(
         &bed.client,
         json!({"apiVersion": "hcp-ingress.dev/v1alpha1", "kind": "ControlPlaneIngress",
@@ -368,7 +356,7 @@ async fn apply_cpi(bed: &Bed, port: u16, upstreams: Value) {
                         "ingress": {"apiHost": API_HOST, "konnectivityHost": KONNECTIVITY_HOST,
                                     "port": port, "className": "haproxy-ingress"},
                         "backend": {"serviceName": CLUSTER, "apiPort": API_PORT, "konnectivityPort": KONNECTIVITY_PORT},
-                        "proxy": {"upstreams": upstreams},
+                        "proxy": proxy,
                         "route": {"controller": "haproxy-ingress"}}}),
         "test-user",
     )
@@ -383,6 +371,26 @@ async fn apply_cpi(bed: &Bed, port: u16, upstreams: Value) {
         },
     )
     .await;
+}
+
+/// Writes [`aged_certificate`] into the proxy's Secret in `namespace` of the
+/// tenant's cluster, as the controller's field manager: what the Secret
+/// holds a week after the controller wrote it. Returns it.
+pub async fn plant_aged_certificate(bed: &Bed, workload: &Client, namespace: &str) -> pki::Leaf {
+    let aged = aged_certificate(bed);
+    Api::<Secret>::namespaced(workload.clone(), namespace)
+        .patch(
+            PROXY_NAME,
+            &PatchParams::apply(hcp_ingress::api::MANAGER).force(),
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                "metadata": {"name": PROXY_NAME, "namespace": namespace},
+                "stringData": {"tls.crt": aged.cert_pem, "tls.key": aged.key_pem}}),
+            ),
+        )
+        .await
+        .unwrap();
+    aged
 }
 
 /// A proxy certificate for the same names, minted from the cluster CA six

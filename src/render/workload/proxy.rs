@@ -238,6 +238,21 @@ pub(super) fn secret(
     Ok(Some(secret))
 }
 
+/// The proxy container's memory limit: what the proxy holds at its
+/// connection limit (10,000 pod connections, `limits.maxConnections`'s
+/// default) with room for bursts. An idle pod connection costs about 27 KB
+/// pooled (hyper's read buffer and the TLS server side), 10 KB re-encrypted
+/// and 1.5 KB passed through (docs/proxy.md), so 256 MiB holds 10,000 in
+/// every mode but pooled: there the kernel would kill the proxy, and every
+/// connection of the node with it, before the proxy's own limit refused
+/// one (seen on a real node, test/ingress/node.rs).
+fn memory_limit(mode: ProxyMode) -> &'static str {
+    match mode {
+        ProxyMode::Pooled => "512Mi",
+        ProxyMode::Reencrypt | ProxyMode::Passthrough | ProxyMode::ProxyProtocol => "256Mi",
+    }
+}
+
 pub(super) fn daemon_set(
     cpi: &ControlPlaneIngress,
     inputs: &WorkloadInputs,
@@ -328,7 +343,7 @@ pub(super) fn daemon_set(
                         // Any process on the admin port answers liveness: a
                         // wrong answer only delays a restart.
                         "livenessProbe": probe("/healthz", 10, 3),
-                        "resources": {"requests": {"cpu": "20m", "memory": "32Mi"}, "limits": {"memory": "256Mi"}},
+                        "resources": {"requests": {"cpu": "20m", "memory": "32Mi"}, "limits": {"memory": memory_limit(spec.mode)}},
                         "securityContext": {
                             "privileged": false,
                             "allowPrivilegeEscalation": false,

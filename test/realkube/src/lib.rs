@@ -93,6 +93,11 @@ pub struct Options {
     pub scheduler: bool,
     /// Simulated nodes when `scheduler` is on.
     pub nodes: usize,
+    /// Real kubelets join this cluster (test/realnode): the Node
+    /// authorizer and the NodeRestriction admission plugin are on, and
+    /// `scheduler` starts kube-scheduler without the simulator, which
+    /// would otherwise claim every Node.
+    pub real_nodes: bool,
     /// `--endpoint-reconciler-type`: `lease` (the default of kube-apiserver)
     /// or `none`, as hosted control planes run it for steering.
     pub endpoint_reconciler: String,
@@ -117,6 +122,7 @@ impl Default for Options {
             controller_manager: false,
             scheduler: false,
             nodes: 0,
+            real_nodes: false,
             endpoint_reconciler: "lease".into(),
             admission_plugins: Vec::new(),
             advertise_address: "192.0.2.10".into(),
@@ -297,6 +303,12 @@ impl Cluster {
         let audit_path = path("audit.log");
         let mut plugins = vec!["NamespaceLifecycle".to_string()];
         plugins.extend(opts.admission_plugins.iter().cloned());
+        let authorization = if opts.real_nodes {
+            plugins.push("NodeRestriction".into());
+            "Node,RBAC"
+        } else {
+            "RBAC"
+        };
         processes.push(Supervised::spawn(
             "kube-apiserver",
             &apiserver_bin,
@@ -309,7 +321,7 @@ impl Cluster {
                 format!("--tls-private-key-file={}", path("apiserver.key").display()),
                 format!("--client-ca-file={}", path("ca.crt").display()),
                 format!("--token-auth-file={}", path("tokens.csv").display()),
-                "--authorization-mode=RBAC".into(),
+                format!("--authorization-mode={authorization}"),
                 "--anonymous-auth=false".into(),
                 "--service-account-issuer=https://kubernetes.default.svc".into(),
                 format!("--service-account-key-file={}", path("sa.pub").display()),
@@ -404,6 +416,8 @@ impl Cluster {
                 cluster.dir.path(),
             )?;
             cluster.processes.push(p);
+        }
+        if opts.scheduler && !opts.real_nodes {
             let kwok = binary(&cluster.bin, "kwok")?;
             let p = Supervised::spawn(
                 "kwok",

@@ -1,0 +1,3 @@
+module hcp-ingress.dev/apicall
+
+go 1.26
