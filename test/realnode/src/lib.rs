@@ -331,7 +331,12 @@ impl Node {
     /// Imports an OCI image tarball into the node's containerd, as a node
     /// that pulled it would hold it.
     pub fn import_image(&self, tarball: &Path) -> Result<String, Error> {
-        let path = tarball.display().to_string();
+        // `ctr` runs in the node's mount namespace, whose working folder is
+        // not the test's: a relative path would name another file.
+        let path = std::fs::canonicalize(tarball)
+            .map_err(|e| Error::Io(tarball.display().to_string(), e))?
+            .display()
+            .to_string();
         self.ctr(&["images", "import", "--local", &path])
     }
 
