@@ -32,7 +32,9 @@ pub use leader::{Leader, LeaseConfig, campaign};
 pub use metrics::Metrics;
 pub use reconcile::PAUSED_ANNOTATION;
 pub use run::run;
-pub use settings::{ControllerArgs, Settings, Tuning};
+pub use settings::{
+    ControllerArgs, DEFAULT_LEASE, Settings, Tuning, WATCH_FILTER_LABEL, WatchFilter, lease_name,
+};
 pub(crate) use workload::find_ccm_workloads;
 
 use crate::telemetry::init_logging;

@@ -201,7 +201,7 @@ where
 fn watch_config(settings: &Settings) -> watcher::Config {
     let config = watcher::Config::default();
     match &settings.watch_filter {
-        Some(selector) => config.labels(selector),
+        Some(filter) => config.labels(&filter.selector),
         None => config,
     }
 }

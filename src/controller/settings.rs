@@ -13,7 +13,10 @@ pub struct ControllerArgs {
     /// what an installer writes when it cannot leave the flag out).
     #[arg(long, env = "WATCH_NAMESPACE", default_value = "")]
     pub namespace: String,
-    /// Reconcile only objects matching this label selector.
+    /// Reconcile only the objects of one shard: a value, as Cluster API's
+    /// controllers take it (objects labelled
+    /// `cluster.x-k8s.io/watch-filter=<value>`), or a label selector
+    /// (`hcp-ingress.dev/shard=a`); empty or `*`: every object.
     #[arg(long)]
     pub watch_filter: Option<String>,
     /// ControlPlaneIngresses reconciled at once.
@@ -30,8 +33,9 @@ pub struct ControllerArgs {
     /// Namespace of the Lease.
     #[arg(long, env = "POD_NAMESPACE", default_value = "hcp-ingress-system")]
     pub leader_election_namespace: String,
-    /// Name of the Lease.
-    #[arg(long, default_value = "hcp-ingress-controller")]
+    /// Name of the Lease; with `--watch-filter` the default gets the
+    /// shard's name appended, so each shard elects its own leader.
+    #[arg(long, default_value = DEFAULT_LEASE)]
     pub leader_election_id: String,
     /// Seconds a lease lasts without renewal.
     #[arg(long, default_value_t = 15)]
@@ -79,6 +83,9 @@ pub struct Tuning {
     pub probe_endpoints: bool,
     /// Node proxy image when the spec names none.
     pub proxy_image: String,
+    /// Labels a derived ControlPlaneIngress copies from its source object:
+    /// those the watch filter names, so it stays in this instance's shard.
+    pub shard_labels: Vec<String>,
 }
 
 /// Everything `run` needs, from flags or from a test.
@@ -86,8 +93,9 @@ pub struct Tuning {
 pub struct Settings {
     /// Watch only this namespace.
     pub namespace: Option<String>,
-    /// Label selector on ControlPlaneIngresses and source objects.
-    pub watch_filter: Option<String>,
+    /// The shard this instance reconciles: its ControlPlaneIngresses and
+    /// source objects; `None`: every one.
+    pub watch_filter: Option<WatchFilter>,
     /// Reconciliations at once.
     pub concurrency: u16,
     /// Source kinds enabled (those not installed are skipped).
@@ -112,13 +120,24 @@ impl Settings {
             .or_else(|_| std::env::var("HOSTNAME"))
             .unwrap_or_else(|_| format!("hcp-ingress-{}", std::process::id()));
         let lease_duration = Duration::from_secs(args.lease_duration_seconds.max(2));
+        let watch_filter = match args.watch_filter.as_deref().map(str::trim) {
+            // `*`: what an installer writes when it cannot leave the flag
+            // out (clusterctl's variables need a non-empty default).
+            None | Some("" | "*") => None,
+            Some(value) => Some(WatchFilter::parse(value)?),
+        };
+        let lease_name = lease_name(&args.leader_election_id, watch_filter.as_ref());
+        let shard_labels = watch_filter
+            .as_ref()
+            .map(|f| f.keys.clone())
+            .unwrap_or_default();
         Ok(Settings {
             namespace: watch_namespace(&args.namespace),
-            watch_filter: args.watch_filter.clone().filter(|f| !f.is_empty()),
+            watch_filter,
             concurrency: args.concurrency.max(1),
             sources,
             lease: args.leader_elect.then(|| LeaseConfig {
-                name: args.leader_election_id.clone(),
+                name: lease_name,
                 namespace: args.leader_election_namespace.clone(),
                 identity,
                 lease_duration,
@@ -133,9 +152,19 @@ impl Settings {
                 probe_timeout: Duration::from_secs(5),
                 probe_endpoints: args.probe_endpoints,
                 proxy_image: args.proxy_image.clone(),
+                shard_labels,
             },
             rediscover: Duration::from_secs(60),
         })
+    }
+
+    /// These settings for the shard `filter` (`--watch-filter`): its
+    /// selector on every watch of ControlPlaneIngresses and sources, and
+    /// the labels derived ControlPlaneIngresses copy from their sources.
+    pub fn in_shard(mut self, filter: WatchFilter) -> Settings {
+        self.timing.shard_labels = filter.keys.clone();
+        self.watch_filter = Some(filter);
+        self
     }
 
     /// Settings for tests and benchmarks: no admin ports, no election, no probes.
@@ -154,10 +183,132 @@ impl Settings {
                 probe_timeout: Duration::from_secs(2),
                 probe_endpoints: false,
                 proxy_image: crate::render::workload::DEFAULT_IMAGE.to_string(),
+                shard_labels: Vec::new(),
             },
             rediscover: Duration::from_secs(60),
         }
     }
+}
+
+/// The default `--leader-election-id`.
+pub const DEFAULT_LEASE: &str = "hcp-ingress-controller";
+
+/// The label Cluster API's controllers shard by: `--watch-filter=<value>`
+/// reconciles the objects that carry it with that value.
+pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
+
+/// The shard an instance reconciles (`--watch-filter`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchFilter {
+    /// The label selector of every watch of ControlPlaneIngresses and
+    /// source objects.
+    pub selector: String,
+    /// The label keys the selector names: a ControlPlaneIngress derived
+    /// from a source object copies them, so it lands in the same shard.
+    pub keys: Vec<String>,
+    /// The shard's name in its Lease's name: the value itself when it is
+    /// a DNS label, else a digest of the filter.
+    pub name: String,
+}
+
+impl WatchFilter {
+    /// A filter from `--watch-filter`: a label value is Cluster API's form
+    /// (`cluster.x-k8s.io/watch-filter=<value>`); anything else is a label
+    /// selector, whose keys must be readable.
+    pub fn parse(value: &str) -> Result<WatchFilter, String> {
+        let value = value.trim();
+        if is_label_value(value) {
+            return Ok(WatchFilter {
+                selector: format!("{WATCH_FILTER_LABEL}={value}"),
+                keys: vec![WATCH_FILTER_LABEL.to_string()],
+                name: shard_name(value),
+            });
+        }
+        let keys =
+            selector_keys(value).map_err(|why| format!("--watch-filter {value:?}: {why}"))?;
+        Ok(WatchFilter {
+            selector: value.to_string(),
+            keys,
+            name: shard_name(value),
+        })
+    }
+}
+
+/// The Lease of an instance: `id`, or with a watch filter and the default
+/// id, `<id>-<shard>`, so that shards do not wait on one another's leader.
+pub fn lease_name(id: &str, filter: Option<&WatchFilter>) -> String {
+    match filter {
+        Some(filter) if id == DEFAULT_LEASE => format!("{id}-{}", filter.name),
+        _ => id.to_string(),
+    }
+}
+
+/// A label value: at most 63 characters, alphanumeric at both ends, `-`,
+/// `_` and `.` between.
+fn is_label_value(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(b))
+}
+
+/// The label keys of a selector's requirements (`k=v`, `k!=v`, `k in (..)`,
+/// `k notin (..)`, `k`, `!k`), in order; an error for a requirement that
+/// names none.
+fn selector_keys(selector: &str) -> Result<Vec<String>, String> {
+    let mut keys: Vec<String> = Vec::new();
+    let mut depth = 0usize;
+    let mut requirements = vec![String::new()];
+    for c in selector.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                requirements.push(String::new());
+                continue;
+            }
+            _ => {}
+        }
+        requirements.last_mut().expect("one at least").push(c);
+    }
+    for requirement in &requirements {
+        let text = requirement.trim().trim_start_matches('!').trim_start();
+        let key: String = text
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || "-_./".contains(*c))
+            .collect();
+        if key.is_empty() {
+            return Err(format!("{:?} names no label key", requirement.trim()));
+        }
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    Ok(keys)
+}
+
+/// A shard's name for its Lease: a lowercase DNS label as it is, else the
+/// first 10 hex digits of its MD5.
+fn shard_name(value: &str) -> String {
+    let dns_label = value.len() <= 40
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !value.starts_with('-')
+        && !value.ends_with('-');
+    if dns_label {
+        return value.to_string();
+    }
+    use md5::{Digest, Md5};
+    Md5::digest(value.as_bytes())
+        .iter()
+        .take(5)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// `--namespace` to the one namespace watched; `None` (every namespace) for
@@ -203,7 +354,89 @@ pub fn parse_sources(values: &[String]) -> Result<Vec<SourceKind>, String> {
 mod tests {
     use std::time::Duration;
 
-    use super::{ControllerArgs, Settings, watch_namespace};
+    use super::{
+        ControllerArgs, DEFAULT_LEASE, Settings, WatchFilter, lease_name, watch_namespace,
+    };
+
+    fn settings_from(argv: &[&str]) -> Result<Settings, String> {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: ControllerArgs,
+        }
+        let cli = Cli::try_parse_from([&["controller"], argv].concat()).unwrap();
+        Settings::from_args(&cli.args)
+    }
+
+    /// A bare value is Cluster API's form: the objects labelled
+    /// `cluster.x-k8s.io/watch-filter=<value>`, and derived objects copy
+    /// that label.
+    #[test]
+    fn a_watch_filter_value_selects_cluster_apis_label() {
+        let filter = WatchFilter::parse("shard-a").unwrap();
+        assert_eq!(filter.selector, "cluster.x-k8s.io/watch-filter=shard-a");
+        assert_eq!(filter.keys, ["cluster.x-k8s.io/watch-filter"]);
+        let settings = settings_from(&["--watch-filter", "shard-a"]).unwrap();
+        assert_eq!(settings.watch_filter, Some(filter));
+        assert_eq!(
+            settings.timing.shard_labels,
+            ["cluster.x-k8s.io/watch-filter"]
+        );
+    }
+
+    /// A selector stays a selector; derived objects copy every label it
+    /// names, whatever the operator.
+    #[test]
+    fn a_watch_filter_selector_is_kept_and_its_keys_are_copied() {
+        let filter =
+            WatchFilter::parse("hcp-ingress.dev/shard in (a, b),!legacy,tier=gold").unwrap();
+        assert_eq!(
+            filter.selector,
+            "hcp-ingress.dev/shard in (a, b),!legacy,tier=gold"
+        );
+        assert_eq!(filter.keys, ["hcp-ingress.dev/shard", "legacy", "tier"]);
+        let error = settings_from(&["--watch-filter", "a=b,=c"]).unwrap_err();
+        assert!(
+            error.contains("--watch-filter") && error.contains("\"=c\" names no label key"),
+            "{error}"
+        );
+        assert_eq!(
+            settings_from(&["--watch-filter", ""]).unwrap().watch_filter,
+            None
+        );
+    }
+
+    /// Each shard elects its own leader: the default Lease name gets the
+    /// shard's name (or a digest of a selector); a name given is kept.
+    #[test]
+    fn each_shard_has_its_own_lease() {
+        let a = WatchFilter::parse("a").unwrap();
+        let b = WatchFilter::parse("b").unwrap();
+        assert_eq!(
+            lease_name(DEFAULT_LEASE, Some(&a)),
+            "hcp-ingress-controller-a"
+        );
+        assert_eq!(
+            lease_name(DEFAULT_LEASE, Some(&b)),
+            "hcp-ingress-controller-b"
+        );
+        assert_eq!(lease_name(DEFAULT_LEASE, None), DEFAULT_LEASE);
+        assert_eq!(lease_name("mine", Some(&a)), "mine");
+        let selector = WatchFilter::parse("hcp-ingress.dev/shard=a").unwrap();
+        let other = WatchFilter::parse("hcp-ingress.dev/shard=b").unwrap();
+        assert_ne!(selector.name, other.name);
+        assert!(selector.name.len() == 10 && selector.name.bytes().all(|b| b.is_ascii_hexdigit()));
+        let upper = WatchFilter::parse("Shard_A").unwrap();
+        assert_eq!(upper.selector, "cluster.x-k8s.io/watch-filter=Shard_A");
+        assert_eq!(
+            upper.name.len(),
+            10,
+            "not a DNS label: a digest in the Lease's name"
+        );
+        let settings = settings_from(&["--watch-filter", "a", "--leader-elect"]).unwrap();
+        assert_eq!(settings.lease.unwrap().name, "hcp-ingress-controller-a");
+    }
 
     #[test]
     fn star_and_empty_watch_every_namespace() {
@@ -216,16 +449,7 @@ mod tests {
     /// loop but one second.
     #[test]
     fn resync_and_retry_follow_their_flags() {
-        use clap::Parser;
-        #[derive(Parser)]
-        struct Cli {
-            #[command(flatten)]
-            args: ControllerArgs,
-        }
-        let settings = |argv: &[&str]| {
-            let cli = Cli::try_parse_from([&["controller"], argv].concat()).unwrap();
-            Settings::from_args(&cli.args).unwrap().timing
-        };
+        let settings = |argv: &[&str]| settings_from(argv).unwrap().timing;
         let defaults = settings(&[]);
         assert_eq!(defaults.resync, Duration::from_secs(300));
         assert_eq!(defaults.retry, Duration::from_secs(30));

@@ -178,6 +178,18 @@ pub fn superseded_by<'a>(
     })
 }
 
+/// The labels of a source object named in `keys` (the watch filter's):
+/// what the ControlPlaneIngress derived from it carries, so both sit in
+/// the same shard.
+pub fn shard_labels(
+    keys: &[String],
+    source: &std::collections::BTreeMap<String, String>,
+) -> std::collections::BTreeMap<String, String> {
+    keys.iter()
+        .filter_map(|k| Some((k.clone(), source.get(k)?.clone())))
+        .collect()
+}
+
 /// Whether `other` is another ControlPlaneIngress describing the cluster `cpi` describes.
 pub fn same_cluster(other: &ControlPlaneIngress, cpi: &ControlPlaneIngress) -> bool {
     other.metadata.namespace == cpi.metadata.namespace

@@ -463,3 +463,26 @@ fn a_capi_cluster_is_read_in_the_version_it_is_served_in() {
     let lenient = CapiCluster::lenient(&odd);
     assert!(lenient.paused && !lenient.control_plane_initialized);
 }
+
+/// A derived ControlPlaneIngress takes the shard labels its source has (the
+/// keys the watch filter names), and no other.
+#[test]
+fn shard_labels_are_the_named_ones_the_source_carries() {
+    let source: std::collections::BTreeMap<String, String> = [
+        ("cluster.x-k8s.io/watch-filter", "a"),
+        ("cluster.x-k8s.io/cluster-name", "t"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let keys = [
+        "cluster.x-k8s.io/watch-filter".to_string(),
+        "tier".to_string(),
+    ];
+    let labels = super::shard_labels(&keys, &source);
+    assert_eq!(
+        labels.into_iter().collect::<Vec<_>>(),
+        [("cluster.x-k8s.io/watch-filter".to_string(), "a".to_string())]
+    );
+    assert!(super::shard_labels(&[], &source).is_empty());
+}

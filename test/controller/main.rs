@@ -9,6 +9,7 @@ mod faults;
 mod harness;
 mod management;
 mod secrets;
+mod shards;
 mod steering_path;
 mod takeover;
 mod upstreams;

@@ -329,6 +329,7 @@ fn clusterctl_substitutes_the_image_and_flags() {
         ("HCP_INGRESS_CONCURRENCY", "4"),
         ("HCP_INGRESS_SOURCES", "kamaji,steward"),
         ("HCP_INGRESS_WATCH_NAMESPACE", "tenants"),
+        ("HCP_INGRESS_WATCH_FILTER", "shard-a"),
     ];
     let text = clusterctl_generate(components_text(), &set, &[]).expect("clusterctl generate yaml");
     assert!(!text.contains("${"), "a variable was left in place");
@@ -348,9 +349,35 @@ fn clusterctl_substitutes_the_image_and_flags() {
         "--concurrency=4",
         "--sources=kamaji,steward",
         "--namespace=tenants",
+        "--watch-filter=shard-a",
     ] {
         assert!(args.contains(&want), "{want} not in {args:?}");
     }
+    // What the binary makes of it: shard-a's label, shard-a's own Lease.
+    let cli = clap::Command::new("controller");
+    let cli = <hcp_ingress::controller::ControllerArgs as clap::Args>::augment_args(cli);
+    let argv = std::iter::once("controller").chain(
+        args.iter()
+            .copied()
+            .filter(|a| *a != "controller" && !a.starts_with("--log-")),
+    );
+    let matches = cli
+        .try_get_matches_from(argv)
+        .expect("the manager's flags parse");
+    let parsed =
+        <hcp_ingress::controller::ControllerArgs as clap::FromArgMatches>::from_arg_matches(
+            &matches,
+        )
+        .unwrap();
+    let settings = hcp_ingress::controller::Settings::from_args(&parsed).unwrap();
+    assert_eq!(
+        settings.watch_filter.map(|f| f.selector),
+        Some("cluster.x-k8s.io/watch-filter=shard-a".to_string())
+    );
+    assert_eq!(
+        settings.lease.map(|l| l.name),
+        Some("hcp-ingress-controller-shard-a".to_string())
+    );
 }
 
 #[test]

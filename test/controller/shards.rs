@@ -1,0 +1,294 @@
+//! Shards: two controller instances on one real management cluster, each
+//! with its own `--watch-filter` (Cluster API's convention: the objects
+//! labelled `cluster.x-k8s.io/watch-filter=<value>`), its own Lease and its
+//! own ServiceAccount, so the API server's audit log tells their requests
+//! apart.
+
+use std::collections::BTreeSet;
+
+use hcp_ingress::{
+    api::ControlPlaneIngress,
+    controller::{
+        DEFAULT_LEASE, LeaseConfig, Settings, WATCH_FILTER_LABEL, WatchFilter, lease_name,
+    },
+    render::{ROUTE_PREFIX, RouteKind},
+};
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    rbac::v1::{ClusterRoleBinding, RoleBinding},
+};
+use kube::{Api, Client, ResourceExt, api::ListParams};
+use realkube::AuditRecord;
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+/// The shards' ControlPlaneIngresses (three each), one nobody's.
+const SHARD_A: [&str; 3] = ["a-0", "a-1", "a-2"];
+const SHARD_B: [&str; 3] = ["b-0", "b-1", "b-2"];
+const UNSHARDED: &str = "no-shard";
+/// Derived from a CAPI Cluster labelled for shard b.
+const DERIVED_B: &str = "b-derived";
+/// The one moved from shard a to shard b.
+const MOVED: &str = "a-2";
+/// Shard b's ServiceAccount: the controller's RBAC, another name.
+const SHARD_B_ACCOUNT: &str = "hcp-ingress-shard-b";
+
+fn shard_b_user() -> String {
+    format!("system:serviceaccount:{CONTROLLER_NAMESPACE}:{SHARD_B_ACCOUNT}")
+}
+
+/// A management-side ControlPlaneIngress, labelled for `shard` (or none).
+fn cpi(name: &str, shard: Option<&str>) -> Value {
+    let mut value = json!({"apiVersion": "hcp-ingress.dev/v1alpha1", "kind": "ControlPlaneIngress",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"clusterName": name, "proxy": {"enabled": false},
+                 "ingress": {"apiHost": format!("api.{name}.example.com")},
+                 "backend": {"serviceName": format!("kmc-{name}"), "apiPort": 30443}}});
+    if let Some(shard) = shard {
+        value["metadata"]["labels"] = json!({WATCH_FILTER_LABEL: shard});
+    }
+    value
+}
+
+/// An instance for shard `value`: its watch filter, and leader election on
+/// the Lease the flags would name for it.
+fn shard(value: &str) -> Settings {
+    let filter = WatchFilter::parse(value).unwrap();
+    let mut settings = Settings::for_tests().in_shard(filter.clone());
+    settings.lease = Some(LeaseConfig {
+        name: lease_name(DEFAULT_LEASE, Some(&filter)),
+        namespace: CONTROLLER_NAMESPACE.into(),
+        identity: format!("shard-{value}-0"),
+        lease_duration: std::time::Duration::from_secs(4),
+        renew_deadline: std::time::Duration::from_secs(3),
+        retry_period: std::time::Duration::from_millis(500),
+    });
+    settings
+}
+
+/// A second identity with exactly the controller's RBAC: a ServiceAccount
+/// bound to every role the release binds the controller's to.
+async fn second_identity(m: &Management) -> Client {
+    let real = m.api.real();
+    apply_value(
+        &m.client,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": SHARD_B_ACCOUNT, "namespace": CONTROLLER_NAMESPACE}}),
+    )
+    .await;
+    let ours = |subjects: &Option<Vec<k8s_openapi::api::rbac::v1::Subject>>| {
+        subjects.iter().flatten().any(|s| {
+            s.kind == "ServiceAccount"
+                && s.name == CONTROLLER_SERVICE_ACCOUNT
+                && s.namespace.as_deref() == Some(CONTROLLER_NAMESPACE)
+        })
+    };
+    let subject = json!([{"kind": "ServiceAccount", "name": SHARD_B_ACCOUNT, "namespace": CONTROLLER_NAMESPACE}]);
+    let cluster_bindings = Api::<ClusterRoleBinding>::all(m.client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    for binding in cluster_bindings.items.iter().filter(|b| ours(&b.subjects)) {
+        apply_value(
+            &m.client,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                   "metadata": {"name": format!("{}-shard-b", binding.name_any())},
+                   "roleRef": binding.role_ref, "subjects": subject}),
+        )
+        .await;
+    }
+    let bindings = Api::<RoleBinding>::namespaced(m.client.clone(), CONTROLLER_NAMESPACE)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    for binding in bindings.items.iter().filter(|b| ours(&b.subjects)) {
+        apply_value(
+            &m.client,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                   "metadata": {"name": format!("{}-shard-b", binding.name_any()), "namespace": CONTROLLER_NAMESPACE},
+                   "roleRef": binding.role_ref, "subjects": subject}),
+        )
+        .await;
+    }
+    let token = real
+        .service_account_token(CONTROLLER_NAMESPACE, SHARD_B_ACCOUNT)
+        .await;
+    real.client_with_token(&token).await
+}
+
+/// Whether `record` is about the ControlPlaneIngress `name` or its route.
+fn about(record: &AuditRecord, name: &str) -> bool {
+    record
+        .resource
+        .as_ref()
+        .is_some_and(|r| r.name == name || r.name == format!("{ROUTE_PREFIX}{name}"))
+}
+
+/// The ControlPlaneIngress once its status speaks of its current generation.
+async fn observed(client: &Client, name: &str) -> ControlPlaneIngress {
+    let api = cpis(client);
+    eventually(&format!("{name} observed at its generation"), || async {
+        let cpi = api.get(name).await.ok()?;
+        (cpi.status.as_ref()?.observed_generation == cpi.metadata.generation).then_some(cpi)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_watch_filter_shards_reconcile_disjoint_clusters_and_hand_one_over() {
+    let m = management(&[]).await;
+    let real = m.api.real();
+    let b_client = second_identity(&m).await;
+    m.api.check_rejections_of(&shard_b_user());
+    let running_a = m.start_with(shard("a"));
+    let running_b = start_with(b_client, shard("b"));
+
+    for name in SHARD_A {
+        apply_value(&m.client, cpi(name, Some("a"))).await;
+    }
+    for name in SHARD_B {
+        apply_value(&m.client, cpi(name, Some("b"))).await;
+    }
+    apply_value(&m.client, cpi(UNSHARDED, None)).await;
+    // A source object of shard b: the ControlPlaneIngress derived from it
+    // must carry its shard's label, or no instance would ever see it.
+    let mut cluster: Value = serde_saphyr::from_str(&example("capi-cluster-domain.yaml")).unwrap();
+    cluster["metadata"] = json!({"name": DERIVED_B, "namespace": NS,
+        "labels": {WATCH_FILTER_LABEL: "b"},
+        "annotations": cluster["metadata"]["annotations"].clone()});
+    apply_value(&m.client, cluster).await;
+
+    for name in SHARD_A.iter().chain(&SHARD_B).chain(&[DERIVED_B]) {
+        observed(&m.client, name).await;
+    }
+    let derived = cpis(&m.client).get(DERIVED_B).await.unwrap();
+    assert_eq!(
+        derived.labels().get(WATCH_FILTER_LABEL).map(String::as_str),
+        Some("b"),
+        "the derived ControlPlaneIngress carries its source's shard label"
+    );
+
+    // Each shard has its own leader; both lead.
+    let leases: Api<Lease> = Api::namespaced(m.client.clone(), CONTROLLER_NAMESPACE);
+    for (lease, holder) in [
+        ("hcp-ingress-controller-a", "shard-a-0"),
+        ("hcp-ingress-controller-b", "shard-b-0"),
+    ] {
+        let held = leases.get(lease).await.unwrap();
+        assert_eq!(
+            held.spec.and_then(|s| s.holder_identity).as_deref(),
+            Some(holder)
+        );
+    }
+
+    // Disjoint work: no request of one shard names an object of the
+    // other's, and each shard's watches of ControlPlaneIngresses and
+    // sources ask for its own label only.
+    let users = [
+        (
+            controller_user(),
+            "a",
+            SHARD_B
+                .iter()
+                .chain(&[DERIVED_B])
+                .copied()
+                .collect::<Vec<_>>(),
+        ),
+        (shard_b_user(), "b", SHARD_A.to_vec()),
+    ];
+    for (user, own, others) in &users {
+        let requests = real.requests_by(user);
+        let crossing: Vec<String> = requests
+            .iter()
+            .filter(|r| others.iter().any(|n| about(r, n)) || about(r, UNSHARDED))
+            .map(|r| format!("{} {}", r.verb, r.uri))
+            .collect();
+        assert!(
+            crossing.is_empty(),
+            "shard {own} asked for objects not its own: {crossing:#?}"
+        );
+        let selector = format!("labelSelector=cluster.x-k8s.io%2Fwatch-filter%3D{own}");
+        let unfiltered: Vec<String> = requests
+            .iter()
+            .filter(|r| matches!(r.verb.as_str(), "list" | "watch"))
+            .filter(|r| {
+                r.resource
+                    .as_ref()
+                    .is_some_and(|o| o.resource == "controlplaneingresses")
+            })
+            .filter(|r| !r.uri.contains(&selector))
+            .map(|r| r.uri.clone())
+            .collect();
+        assert!(
+            unfiltered.is_empty(),
+            "shard {own} listed or watched ControlPlaneIngresses beyond its label: {unfiltered:#?}"
+        );
+    }
+    // The unlabelled one is left to an instance without a filter: neither
+    // shard wrote its status or its route.
+    let unsharded = cpis(&m.client).get(UNSHARDED).await.unwrap();
+    assert!(unsharded.status.is_none(), "{:?}", unsharded.status);
+    assert!(
+        routes(&m.client, RouteKind::Ingress)
+            .get_opt(&format!("{ROUTE_PREFIX}{UNSHARDED}"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // The hand-over: MOVED is relabelled for shard b, and its host changes
+    // in the same write. b takes it (its status and its route follow the
+    // new host), a never touches it again, and the route stays the same
+    // object, written by one field manager.
+    let route_api = routes(&m.client, RouteKind::Ingress);
+    let route_name = format!("{ROUTE_PREFIX}{MOVED}");
+    let route_before = route_api.get(&route_name).await.unwrap();
+    let mark = real.request_log().len();
+    let mut moved = cpi(MOVED, Some("b"));
+    moved["spec"]["ingress"]["apiHost"] = json!("api.a-2-moved.example.com");
+    apply_value(&m.client, moved).await;
+    observed(&m.client, MOVED).await;
+    let route_after = eventually("the moved route with its new host", || async {
+        let route = route_api.get(&route_name).await.ok()?;
+        serde_json::to_string(&route.data)
+            .ok()?
+            .contains("api.a-2-moved.example.com")
+            .then_some(route)
+    })
+    .await;
+    let since = real.request_log().split_off(mark);
+    let by_a: Vec<String> = since
+        .iter()
+        .filter(|r| r.user == controller_user() && about(r, MOVED))
+        .map(|r| format!("{} {}", r.verb, r.uri))
+        .collect();
+    assert!(
+        by_a.is_empty(),
+        "shard a still touched {MOVED} after the hand-over: {by_a:#?}"
+    );
+    assert!(
+        since
+            .iter()
+            .any(|r| r.user == shard_b_user() && r.is_write() && about(r, MOVED)),
+        "shard b wrote {MOVED} after the hand-over"
+    );
+    assert_eq!(
+        route_after.uid(),
+        route_before.uid(),
+        "the route of {MOVED} is the same object: no gap, no second one"
+    );
+    let managers: BTreeSet<String> = route_after
+        .managed_fields()
+        .iter()
+        .filter_map(|f| f.manager.clone())
+        .collect();
+    assert_eq!(
+        managers,
+        BTreeSet::from([hcp_ingress::api::MANAGER.to_string()]),
+        "one field manager owns the route across shards"
+    );
+
+    running_a.stop().await;
+    running_b.stop().await;
+}
