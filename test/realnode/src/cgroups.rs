@@ -26,6 +26,14 @@ impl Tree {
     /// gets its parent's CPUs and memory nodes, without which no task can
     /// join it.
     pub fn create(name: &str) -> Result<Tree, Error> {
+        // A host with cgroup v2 alone has its root here; the harness knows
+        // the v1 (and hybrid) layout of the machines it runs on only.
+        if Path::new(MOUNT).join("cgroup.controllers").exists() {
+            return Err(Error::Command {
+                command: format!("the cgroup layout under {MOUNT}"),
+                stderr: "cgroup v2 only: realnode lays out the kubelet's cgroups for cgroup v1 and hybrid hosts".into(),
+            });
+        }
         let own = std::fs::read_to_string("/proc/self/cgroup")
             .map_err(|e| Error::Io("/proc/self/cgroup".into(), e))?;
         let base = own
