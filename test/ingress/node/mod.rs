@@ -178,6 +178,15 @@ impl NodeBed {
         Some(ready.status == "True")
     }
 
+    /// The keys of the Node's taints.
+    async fn node_taints(&self) -> Vec<String> {
+        let node = Api::<KubeNode>::all(self.workload.clone())
+            .get_opt(WORKER)
+            .await;
+        let taints = node.ok().flatten().and_then(|n| n.spec?.taints);
+        taints.into_iter().flatten().map(|t| t.key).collect()
+    }
+
     /// The registered Node's kubelet and the tenant's API server: printed,
     /// and never a kubelet newer than its API server (the skew policy the
     /// version matrix keeps by building the workload floor's kubelet).

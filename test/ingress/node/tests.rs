@@ -234,6 +234,19 @@ async fn a_node_that_is_not_ready_yet_runs_the_proxy_and_its_host_network_pods_r
     })
     .await;
     nb.check_versions().await;
+    // What a node looks like before its network and its cloud provider
+    // are up: both taints, which the proxy tolerates.
+    nb.eventually("the not-ready and uninitialized taints", || async {
+        let taints = nb.node_taints().await;
+        [
+            "node.kubernetes.io/not-ready",
+            "node.cloudprovider.kubernetes.io/uninitialized",
+        ]
+        .iter()
+        .all(|t| taints.iter().any(|k| k == t))
+        .then_some(())
+    })
+    .await;
     nb.proxy_pod(NAMESPACE, IMAGE).await;
     nb.bed.condition("EndpointsSteered", "True").await;
     nb.start_client("on-the-node-network", true).await;
