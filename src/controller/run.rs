@@ -200,7 +200,7 @@ where
 
 fn watch_config(settings: &Settings) -> watcher::Config {
     let config = watcher::Config::default();
-    match &settings.watch_filter {
+    match &settings.timing.shard {
         Some(filter) => config.labels(&filter.selector),
         None => config,
     }

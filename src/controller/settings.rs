@@ -83,9 +83,11 @@ pub struct Tuning {
     pub probe_endpoints: bool,
     /// Node proxy image when the spec names none.
     pub proxy_image: String,
-    /// Labels a derived ControlPlaneIngress copies from its source object:
-    /// those the watch filter names, so it stays in this instance's shard.
-    pub shard_labels: Vec<String>,
+    /// The shard this instance reconciles (`--watch-filter`): the selector
+    /// of its watches of ControlPlaneIngresses and sources, and the labels a
+    /// derived ControlPlaneIngress copies from its source; `None`: every
+    /// object.
+    pub shard: Option<WatchFilter>,
 }
 
 /// Everything `run` needs, from flags or from a test.
@@ -93,9 +95,6 @@ pub struct Tuning {
 pub struct Settings {
     /// Watch only this namespace.
     pub namespace: Option<String>,
-    /// The shard this instance reconciles: its ControlPlaneIngresses and
-    /// source objects; `None`: every one.
-    pub watch_filter: Option<WatchFilter>,
     /// Reconciliations at once.
     pub concurrency: u16,
     /// Source kinds enabled (those not installed are skipped).
@@ -127,13 +126,8 @@ impl Settings {
             Some(value) => Some(WatchFilter::parse(value)?),
         };
         let lease_name = lease_name(&args.leader_election_id, watch_filter.as_ref());
-        let shard_labels = watch_filter
-            .as_ref()
-            .map(|f| f.keys.clone())
-            .unwrap_or_default();
         Ok(Settings {
             namespace: watch_namespace(&args.namespace),
-            watch_filter,
             concurrency: args.concurrency.max(1),
             sources,
             lease: args.leader_elect.then(|| LeaseConfig {
@@ -152,7 +146,7 @@ impl Settings {
                 probe_timeout: Duration::from_secs(5),
                 probe_endpoints: args.probe_endpoints,
                 proxy_image: args.proxy_image.clone(),
-                shard_labels,
+                shard: watch_filter,
             },
             rediscover: Duration::from_secs(60),
         })
@@ -162,8 +156,7 @@ impl Settings {
     /// selector on every watch of ControlPlaneIngresses and sources, and
     /// the labels derived ControlPlaneIngresses copy from their sources.
     pub fn in_shard(mut self, filter: WatchFilter) -> Settings {
-        self.timing.shard_labels = filter.keys.clone();
-        self.watch_filter = Some(filter);
+        self.timing.shard = Some(filter);
         self
     }
 
@@ -171,7 +164,6 @@ impl Settings {
     pub fn for_tests() -> Settings {
         Settings {
             namespace: None,
-            watch_filter: None,
             concurrency: 10,
             sources: SourceKind::ALL.to_vec(),
             lease: None,
@@ -183,7 +175,7 @@ impl Settings {
                 probe_timeout: Duration::from_secs(2),
                 probe_endpoints: false,
                 proxy_image: crate::render::workload::DEFAULT_IMAGE.to_string(),
-                shard_labels: Vec::new(),
+                shard: None,
             },
             rediscover: Duration::from_secs(60),
         }
@@ -378,11 +370,7 @@ mod tests {
         assert_eq!(filter.selector, "cluster.x-k8s.io/watch-filter=shard-a");
         assert_eq!(filter.keys, ["cluster.x-k8s.io/watch-filter"]);
         let settings = settings_from(&["--watch-filter", "shard-a"]).unwrap();
-        assert_eq!(settings.watch_filter, Some(filter));
-        assert_eq!(
-            settings.timing.shard_labels,
-            ["cluster.x-k8s.io/watch-filter"]
-        );
+        assert_eq!(settings.timing.shard, Some(filter));
     }
 
     /// A selector stays a selector; derived objects copy every label it
@@ -402,7 +390,7 @@ mod tests {
             "{error}"
         );
         assert_eq!(
-            settings_from(&["--watch-filter", ""]).unwrap().watch_filter,
+            settings_from(&["--watch-filter", ""]).unwrap().timing.shard,
             None
         );
     }

@@ -125,11 +125,10 @@ async fn derive_and_apply(obj: Arc<DynamicObject>, sctx: &SourceContext) -> Resu
         Ok(mut cpi) => {
             // In a shard, the derived object carries the source's shard
             // labels: this instance's watch selects it, and no other's.
-            let labels = cpi.metadata.labels.get_or_insert_default();
-            labels.extend(sources::shard_labels(
-                &ctx.settings.shard_labels,
-                obj.labels(),
-            ));
+            if let Some(shard) = &ctx.settings.shard {
+                let labels = cpi.metadata.labels.get_or_insert_default();
+                labels.extend(sources::shard_labels(&shard.keys, obj.labels()));
+            }
             if let Some(existing) = existing.as_deref().filter(|e| !ours(e)) {
                 let note = format!(
                     "{} already exists and is not derived from this object: it is left alone; delete it or rename one of them",

@@ -84,30 +84,31 @@ async fn second_identity(m: &Management) -> Client {
                 && s.namespace.as_deref() == Some(CONTROLLER_NAMESPACE)
         })
     };
-    let subject = json!([{"kind": "ServiceAccount", "name": SHARD_B_ACCOUNT, "namespace": CONTROLLER_NAMESPACE}]);
     let cluster_bindings = Api::<ClusterRoleBinding>::all(m.client.clone())
         .list(&ListParams::default())
         .await
         .unwrap();
-    for binding in cluster_bindings.items.iter().filter(|b| ours(&b.subjects)) {
-        apply_value(
-            &m.client,
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                   "metadata": {"name": format!("{}-shard-b", binding.name_any())},
-                   "roleRef": binding.role_ref, "subjects": subject}),
-        )
-        .await;
-    }
     let bindings = Api::<RoleBinding>::namespaced(m.client.clone(), CONTROLLER_NAMESPACE)
         .list(&ListParams::default())
         .await
         .unwrap();
-    for binding in bindings.items.iter().filter(|b| ours(&b.subjects)) {
+    // (kind, metadata, roleRef) of each binding naming the controller's account.
+    let copies = cluster_bindings
+        .items
+        .iter()
+        .filter(|b| ours(&b.subjects))
+        .map(|b| ("ClusterRoleBinding", json!({"name": format!("{}-shard-b", b.name_any())}), &b.role_ref))
+        .chain(bindings.items.iter().filter(|b| ours(&b.subjects)).map(|b| {
+            ("RoleBinding",
+             json!({"name": format!("{}-shard-b", b.name_any()), "namespace": CONTROLLER_NAMESPACE}),
+             &b.role_ref)
+        }));
+    for (kind, metadata, role_ref) in copies {
         apply_value(
             &m.client,
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                   "metadata": {"name": format!("{}-shard-b", binding.name_any()), "namespace": CONTROLLER_NAMESPACE},
-                   "roleRef": binding.role_ref, "subjects": subject}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind,
+                   "metadata": metadata, "roleRef": role_ref,
+                   "subjects": [{"kind": "ServiceAccount", "name": SHARD_B_ACCOUNT, "namespace": CONTROLLER_NAMESPACE}]}),
         )
         .await;
     }

@@ -371,7 +371,7 @@ fn clusterctl_substitutes_the_image_and_flags() {
         .unwrap();
     let settings = hcp_ingress::controller::Settings::from_args(&parsed).unwrap();
     assert_eq!(
-        settings.watch_filter.map(|f| f.selector),
+        settings.timing.shard.map(|f| f.selector),
         Some("cluster.x-k8s.io/watch-filter=shard-a".to_string())
     );
     assert_eq!(
