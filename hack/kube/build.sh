@@ -15,7 +15,10 @@
 # version matrix builds KUBE_VERSION_MANAGEMENT_MIN and KUBE_VERSION_WORKLOAD_MIN
 # so: 1.30 and 1.33 build with Go 1.26 as they are, and run on the same etcd).
 #
-# Usage: [HCP_KUBE_VERSION=v1.X.Y] hack/kube/build.sh [--print-bin-dir]
+# --with-kubelet builds the kubelet of the release too, from the same
+# wrapper module and build cache (hack/node/build.sh asks for it).
+#
+# Usage: [HCP_KUBE_VERSION=v1.X.Y] hack/kube/build.sh [--print-bin-dir | --with-kubelet]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=versions.env
@@ -25,7 +28,9 @@ cache="${HCP_KUBE_CACHE:-$HOME/.cache/hcp-ingress/kube}/$KUBE_VERSION"
 bin="$cache/bin"
 if [[ "${1:-}" == "--print-bin-dir" ]]; then echo "$bin"; exit 0; fi
 
-want=(etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kwok kwok-stages.yaml)
+kube_cmds=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy)
+if [[ "${1:-}" == "--with-kubelet" ]]; then kube_cmds+=(kubelet); fi
+want=(etcd "${kube_cmds[@]}" kwok kwok-stages.yaml)
 missing=0
 for b in "${want[@]}"; do [[ -x "$bin/$b" ]] || missing=1; done
 if [[ $missing == 0 ]]; then echo "$bin"; exit 0; fi
@@ -60,7 +65,7 @@ build_kube() {
   # `kubectl version` and discovery report the release, as in a released binary.
   local minor_number="${KUBE_VERSION#v1.}"; minor_number="${minor_number%%.*}"
   local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor_number"
-  for cmd in kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do
+  for cmd in "${kube_cmds[@]}"; do
     [[ -x "$bin/$cmd" ]] && continue
     log "building $cmd $KUBE_VERSION (minutes on 2 cores the first time)"
     (cd "$dir" && go build -trimpath -ldflags "$ldflags" -o "$bin/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd") && mv "$bin/$cmd.tmp" "$bin/$cmd"

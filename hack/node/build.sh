@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the pieces of a real Kubernetes node from the Go module proxy, once,
 # into a cache outside the checkout (test/realnode starts them):
-#   kubelet          KUBE_VERSION, from the same wrapper module as the control
-#                    plane (hack/kube/build.sh), so the two share a build cache;
+#   kubelet          KUBE_VERSION, built by hack/kube/build.sh --with-kubelet
+#                    beside the control plane (one wrapper module and build
+#                    cache), linked here;
 #   containerd, ctr, containerd-shim-runc-v2
 #                    CONTAINERD_VERSION; the snapshotters that need kernel
 #                    features or C libraries this machine lacks are left out;
@@ -42,16 +43,9 @@ export GOSUMDB="${GOSUMDB:-off}" GOFLAGS="-mod=mod" GOTOOLCHAIN=local
 log() { echo "hack/node/build.sh: $*" >&2; }
 
 build_kubelet() {
-  [[ -x "$bin/kubelet" ]] && return
-  # The control plane's wrapper module (k8s.io/kubernetes with its staging
-  # modules replaced by the published ones) builds the kubelet too.
-  HCP_KUBE_VERSION="$KUBE_VERSION" bash "$here/../kube/build.sh" >/dev/null
-  local dir="${HCP_KUBE_CACHE:-$HOME/.cache/hcp-ingress/kube}/$KUBE_VERSION/src/kubernetes"
-  local minor_number="${KUBE_VERSION#v1.}"; minor_number="${minor_number%%.*}"
-  local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor_number"
-  log "building kubelet $KUBE_VERSION"
-  (cd "$dir" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bin/kubelet.tmp" k8s.io/kubernetes/cmd/kubelet) \
-    && mv "$bin/kubelet.tmp" "$bin/kubelet"
+  # hack/kube/build.sh builds it beside the control plane of its release.
+  local kube_bin; kube_bin="$(HCP_KUBE_VERSION="$KUBE_VERSION" bash "$here/../kube/build.sh" --with-kubelet)"
+  ln -sf "$kube_bin/kubelet" "$bin/kubelet"
 }
 
 build_containerd() {
@@ -75,9 +69,9 @@ build_containerd() {
 
 build_pause() {
   [[ -x "$bin/pause" ]] && return
-  local src; src="$(go env GOMODCACHE)/k8s.io/kubernetes@$KUBE_VERSION/build/pause/linux/pause.c"
-  [[ -f "$src" ]] || (cd "${HCP_KUBE_CACHE:-$HOME/.cache/hcp-ingress/kube}/$KUBE_VERSION/src/kubernetes" \
-    && go mod download k8s.io/kubernetes)
+  local module; module="$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
+  local src="$module/build/pause/linux/pause.c"
+  [[ -f "$src" ]] || { echo "hack/node/build.sh: $src is missing" >&2; exit 1; }
   log "compiling pause from $src"
   # Static, as in the pause image; musl-gcc from Debian's musl-tools.
   musl-gcc -Os -static -DVERSION="$KUBE_VERSION" -o "$bin/pause.tmp" "$src" && mv "$bin/pause.tmp" "$bin/pause"
