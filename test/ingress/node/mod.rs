@@ -187,19 +187,18 @@ impl NodeBed {
         taints.into_iter().flatten().map(|t| t.key).collect()
     }
 
-    /// The registered Node's kubelet and the tenant's API server: printed,
+    /// The registered Node: its kubelet and the tenant's API server printed,
     /// and never a kubelet newer than its API server (the skew policy the
-    /// version matrix keeps by building the workload floor's kubelet).
-    async fn check_versions(&self) {
+    /// version matrix keeps by building the workload floor's kubelet); its
+    /// ephemeral storage is the node's own tmpfs, so the kubelet's eviction
+    /// thresholds never depend on how full the host's disk is.
+    async fn check_node(&self) {
         let node = Api::<KubeNode>::all(self.workload.clone())
             .get(WORKER)
             .await
             .unwrap();
-        let kubelet = node
-            .status
-            .and_then(|s| s.node_info)
-            .map(|i| i.kubelet_version)
-            .unwrap();
+        let status = node.status.unwrap();
+        let kubelet = status.node_info.unwrap().kubelet_version;
         let server = self.workload.apiserver_version().await.unwrap().git_version;
         eprintln!("{WORKER}: kubelet {kubelet}, its API server {server}");
         let minor = |v: &str| -> u32 {
@@ -213,6 +212,24 @@ impl NodeBed {
         assert!(
             minor(&kubelet) <= minor(&server),
             "kubelet {kubelet} is newer than its API server {server}: set HCP_NODE_BIN to a kubelet of the workload release (hack/node/build.sh with HCP_KUBE_VERSION)"
+        );
+
+        let capacity = status.capacity.unwrap_or_default();
+        let storage = capacity.get("ephemeral-storage").map(|q| q.0.as_str());
+        let tmpfs = self
+            .node
+            .exec(&["stat", "-f", "-c", "%T %b %S", "/var/lib/kubelet"])
+            .unwrap();
+        let tmpfs = String::from_utf8_lossy(&tmpfs.stdout).into_owned();
+        let [kind, blocks, size] = tmpfs.split_whitespace().collect::<Vec<_>>()[..] else {
+            panic!("stat -f /var/lib/kubelet on the node printed {tmpfs:?}");
+        };
+        let bytes = blocks.parse::<u64>().unwrap() * size.parse::<u64>().unwrap();
+        assert_eq!(kind, "tmpfs", "the kubelet's root on the node");
+        assert_eq!(
+            storage.map(quantity_bytes),
+            Some(bytes),
+            "the Node's ephemeral-storage capacity ({storage:?}) is not the size of the node's tmpfs ({bytes} bytes)"
         );
     }
 
@@ -353,4 +370,19 @@ fn pod_ready(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The bytes of a binary-suffixed quantity as the kubelet reports a
+/// capacity (`12345`, `12056Ki`, `12Gi`).
+fn quantity_bytes(q: &str) -> u64 {
+    let (digits, unit) = q.split_at(q.find(|c: char| !c.is_ascii_digit()).unwrap_or(q.len()));
+    let shift = match unit {
+        "" => 0,
+        "Ki" => 10,
+        "Mi" => 20,
+        "Gi" => 30,
+        "Ti" => 40,
+        _ => panic!("unexpected quantity {q}"),
+    };
+    digits.parse::<u64>().unwrap() << shift
 }

@@ -25,7 +25,7 @@ async fn proxy_running(nb: &NodeBed, namespace: &str) -> (Pod, u32) {
         nb.node_ready().await.filter(|r| *r)
     })
     .await;
-    nb.check_versions().await;
+    nb.check_node().await;
     let pod = nb.proxy_pod(namespace, IMAGE).await;
     nb.bed.condition("ProxyReady", "True").await;
     nb.bed.condition("EndpointsSteered", "True").await;
@@ -233,7 +233,7 @@ async fn a_node_that_is_not_ready_yet_runs_the_proxy_and_its_host_network_pods_r
         nb.node_ready().await.filter(|r| !r)
     })
     .await;
-    nb.check_versions().await;
+    nb.check_node().await;
     // What a node looks like before its network and its cloud provider
     // are up: both taints, which the proxy tolerates.
     nb.eventually("the not-ready and uninitialized taints", || async {

@@ -40,7 +40,7 @@ pub fn write_all(
     host_address: Ipv4Addr,
 ) -> Result<Files, Error> {
     let at = |name: &str| dir.join(name);
-    for sub in ["cni", "containerd", "kubelet"] {
+    for sub in ["cni", "containerd"] {
         std::fs::create_dir_all(at(sub))
             .map_err(|e| Error::Io(at(sub).display().to_string(), e))?;
     }
@@ -120,15 +120,22 @@ pub fn write_kubelet_config(dir: &Path, address: Ipv4Addr, cgroup_root: &str) ->
     write(&dir.join("kubelet.yaml"), &config.to_string())
 }
 
-/// containerd's config: its state in the node's folder, runc with cgroupfs,
-/// CNI from Debian's plugins and the node's `cni` folder.
+/// containerd's config: its socket in the node's folder, its images and
+/// state on the node's tmpfs, runc with cgroupfs, CNI from Debian's plugins
+/// and the node's `cni` folder.
+///
+/// The images live on the tmpfs (`/var/lib/containerd` inside the node's
+/// mount namespace) because the kubelet evicts pods when the filesystem
+/// that holds them runs short: on the host's disk that depends on what
+/// else the machine keeps there, and a CI machine with little disk left
+/// evicted the test's pods.
 fn containerd(dir: &Path) -> String {
     let d = dir.join("containerd").display().to_string();
     let cni = dir.join("cni").display().to_string();
     format!(
         "version = 3
-root = '{d}/root'
-state = '{d}/state'
+root = '/var/lib/containerd'
+state = '/run/containerd'
 [grpc]
   address = '{d}/containerd.sock'
 [ttrpc]

@@ -12,8 +12,10 @@
 //! node makes for itself (`unshare`), never with `ip netns exec`, which
 //! remounts /sys and hides the cgroup tree from the kubelet:
 //! - a fresh tmpfs over /run, /var/lib and /var/log, and the node's own
-//!   /etc/hosts, so containerd's and the CNI plugins' state, the pods' logs
-//!   and the names the node resolves never touch the host's;
+//!   /etc/hosts, so containerd's images and state, the kubelet's root, the
+//!   CNI plugins' state, the pods' logs and the names the node resolves
+//!   never touch the host's (and the kubelet's eviction thresholds measure
+//!   the tmpfs, not how full the host's disk happens to be);
 //! - a veth pair to the host, 198.18.N.0/24 (RFC 2544's test range; the
 //!   three TEST-NETs are the other tests'): the host end is `.1`, the node
 //!   `.2`, default route via the host;
@@ -254,7 +256,10 @@ impl Node {
         let mut args = vec![
             format!("--config={}", node.file("kubelet.yaml")),
             format!("--kubeconfig={}", node.file("kubelet.kubeconfig")),
-            format!("--root-dir={}", node.file("kubelet")),
+            // On the node's tmpfs, like containerd's images: the kubelet
+            // evicts pods when its root's filesystem runs short, and the
+            // host's disk is not the test's to count on.
+            "--root-dir=/var/lib/kubelet".into(),
             format!("--hostname-override={}", opts.name),
             format!("--node-ip={address}"),
             "--v=1".into(),
