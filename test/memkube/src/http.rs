@@ -37,10 +37,58 @@ pub struct Shared {
     pub bookmark_interval: Duration,
 }
 
+/// Who answers a connection's requests.
+#[derive(Clone)]
+pub enum Router {
+    /// One API server.
+    One(Arc<Shared>),
+    /// Many API servers behind one listener, told apart by the first two
+    /// path segments: `/clusters/<name>/api/v1/...` is `/api/v1/...` of
+    /// tenant `<name>`. A kubeconfig whose server URL ends in
+    /// `/clusters/<name>` reaches it; kube clients keep the URL's path as a
+    /// prefix of every request, as they do behind Rancher's proxy.
+    Tenants(Arc<Tenants>),
+}
+
+/// The tenants of a [`Router::Tenants`], by name.
+pub type Tenants = std::sync::RwLock<std::collections::HashMap<String, Arc<Shared>>>;
+
+/// The first path segment of a tenant's URL.
+pub const TENANT_PREFIX: &str = "clusters";
+
+impl Router {
+    /// The server for `req`, and the request as that server sees it (the
+    /// tenant's prefix taken off); not found for an unknown tenant.
+    fn route(&self, req: Request<Incoming>) -> Result<(Arc<Shared>, Request<Incoming>), ApiError> {
+        let tenants = match self {
+            Router::One(shared) => return Ok((shared.clone(), req)),
+            Router::Tenants(tenants) => tenants,
+        };
+        let path = req.uri().path();
+        let mut parts = path.trim_start_matches('/').splitn(3, '/');
+        let (Some(TENANT_PREFIX), Some(name)) = (parts.next(), parts.next()) else {
+            return Err(ApiError::not_found("", "tenants", path));
+        };
+        let rest = format!("/{}", parts.next().unwrap_or_default());
+        let Some(shared) = tenants.read().expect("tenants").get(name).cloned() else {
+            return Err(ApiError::not_found("", "tenants", name));
+        };
+        let (mut head, body) = req.into_parts();
+        let path_and_query = match head.uri.query() {
+            Some(q) => format!("{rest}?{q}"),
+            None => rest,
+        };
+        head.uri = path_and_query
+            .parse()
+            .map_err(|_| ApiError::new(400, "BadRequest", "bad request path"))?;
+        Ok((shared, Request::from_parts(head, body)))
+    }
+}
+
 /// Accepts connections (over TLS when `tls` is given) until `shutdown` turns true.
 pub async fn serve(
     listener: TcpListener,
-    shared: Arc<Shared>,
+    router: Router,
     tls: Option<tokio_rustls::TlsAcceptor>,
     mut shutdown: signal::Receiver<bool>,
 ) {
@@ -56,17 +104,17 @@ pub async fn serve(
             _ = shutdown.changed() => return,
         };
         let _ = stream.set_nodelay(true);
-        let shared = shared.clone();
+        let router = router.clone();
         let mut stop = shutdown.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
             let conn = async move {
                 match tls {
                     Some(acceptor) => match acceptor.accept(stream).await {
-                        Ok(s) => serve_io(s, shared).await,
+                        Ok(s) => serve_io(s, router).await,
                         Err(e) => tracing::debug!("TLS handshake failed: {e}"),
                     },
-                    None => serve_io(stream, shared).await,
+                    None => serve_io(stream, router).await,
                 }
             };
             tokio::select! {
@@ -77,13 +125,18 @@ pub async fn serve(
     }
 }
 
-async fn serve_io<I>(io: I, shared: Arc<Shared>)
+async fn serve_io<I>(io: I, router: Router)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let svc = hyper::service::service_fn(move |req| {
-        let shared = shared.clone();
-        async move { Ok::<_, Infallible>(handle(shared, req).await) }
+        let routed = router.route(req);
+        async move {
+            Ok::<_, Infallible>(match routed {
+                Ok((shared, req)) => handle(shared, req).await,
+                Err(error) => error_response(&error),
+            })
+        }
     });
     if let Err(e) = hyper::server::conn::http1::Builder::new()
         .serve_connection(hyper_util::rt::TokioIo::new(io), svc)

@@ -15,7 +15,8 @@
 //! negotiation, hooks), [`discovery`], [`store`] (objects, resourceVersions,
 //! finalizers, garbage collection), [`apply`] (server-side apply, managed
 //! fields, patches) with [`fieldpath`] and [`typeinfo`], [`watch`], [`crd`],
-//! [`faults`], [`kubeconfig`], [`tls`].
+//! [`faults`], [`kubeconfig`], [`tls`]; [`host`] serves many API servers
+//! behind one listener.
 #![forbid(unsafe_code)]
 
 pub mod apply;
@@ -24,6 +25,7 @@ pub mod discovery;
 pub mod error;
 pub mod faults;
 pub mod fieldpath;
+pub mod host;
 pub mod http;
 pub mod kubeconfig;
 pub mod registry;
@@ -45,6 +47,7 @@ use tokio::sync::watch as signal;
 
 pub use error::{ApiError, Error};
 pub use faults::{FaultCounts, RandomFaults, RequestMatch, RequestRecord};
+pub use host::{Host, Tenant};
 pub use registry::{ResourceSpec, Scope};
 
 /// How to start a server.
@@ -60,6 +63,9 @@ pub struct Options {
     pub bookmark_interval: Duration,
     /// Serve HTTPS with a generated CA (in the kubeconfig) instead of HTTP.
     pub tls: bool,
+    /// Events a watch may fall behind by before it is ended (see
+    /// [`store::Store::with_watch_buffer`]).
+    pub watch_buffer: usize,
 }
 
 impl Default for Options {
@@ -70,6 +76,7 @@ impl Default for Options {
             history: 1000,
             bookmark_interval: Duration::from_secs(1),
             tls: false,
+            watch_buffer: store::WATCH_BUFFER,
         }
     }
 }
@@ -114,14 +121,18 @@ impl TestApi {
         };
         let scheme = if tls.is_some() { "https" } else { "http" };
         let shared = Arc::new(http::Shared {
-            store: Arc::new(store::Store::new(opts.history)),
+            store: Arc::new(store::Store::with_watch_buffer(
+                opts.history,
+                opts.watch_buffer,
+            )),
             hooks: Arc::new(faults::Hooks::default()),
             url: format!("{scheme}://{addr}"),
             bookmark_interval: opts.bookmark_interval,
         });
         let (shutdown, rx) = signal::channel(false);
         let acceptor = tls.as_ref().map(|t| t.acceptor.clone());
-        let task = tokio::spawn(http::serve(listener, shared.clone(), acceptor, rx));
+        let router = http::Router::One(shared.clone());
+        let task = tokio::spawn(http::serve(listener, router, acceptor, rx));
         Ok(Self {
             shared,
             addr,
@@ -165,6 +176,11 @@ impl TestApi {
     /// The CA certificate (PEM) of an HTTPS server.
     pub fn ca_pem(&self) -> Option<String> {
         self.tls.as_ref().map(|t| t.ca_pem.clone())
+    }
+
+    /// The objects, for a stand-in that works on them in-process.
+    pub fn store(&self) -> Arc<store::Store> {
+        self.shared.store.clone()
     }
 
     /// Every request served so far.

@@ -65,12 +65,12 @@ struct Collection {
 }
 
 impl Collection {
-    fn new() -> Self {
+    fn new(watch_buffer: usize) -> Self {
         Self {
             objects: BTreeMap::new(),
             history: VecDeque::new(),
             evicted: 0,
-            tx: broadcast::channel(4096).0,
+            tx: broadcast::channel(watch_buffer).0,
         }
     }
 }
@@ -145,6 +145,8 @@ struct State {
     collections: HashMap<(String, String), Collection>,
     /// uid -> (group resource, key), for owner references.
     uids: HashMap<String, ((String, String), Key)>,
+    /// The broadcast capacity of each collection.
+    watch_buffer: usize,
 }
 
 /// The in-memory object store.
@@ -152,6 +154,11 @@ pub struct Store {
     state: Mutex<State>,
     history: usize,
 }
+
+/// Events a watch may fall behind by before it is ended (the client then
+/// watches again from its last resourceVersion), unless a store is made
+/// with another: [`Store::with_watch_buffer`].
+pub const WATCH_BUFFER: usize = 4096;
 
 /// Work left after a removal: garbage collection and namespace cleanup run
 /// until nothing more changes.
@@ -166,12 +173,20 @@ enum Followup {
 impl Store {
     /// A store with the built-in kinds and the standard namespaces.
     pub fn new(history: usize) -> Self {
+        Self::with_watch_buffer(history, WATCH_BUFFER)
+    }
+
+    /// A store whose watches may fall `watch_buffer` events behind. Every
+    /// resource preallocates that many slots (about 40 bytes each), so a
+    /// rig of thousands of small stores keeps it small.
+    pub fn with_watch_buffer(history: usize, watch_buffer: usize) -> Self {
         let store = Self {
             state: Mutex::new(State {
                 rv: 1,
                 resources: Vec::new(),
                 collections: HashMap::new(),
                 uids: HashMap::new(),
+                watch_buffer: watch_buffer.max(1),
             }),
             history: history.max(1),
         };
@@ -678,16 +693,18 @@ impl State {
         self.resources.retain(|r| {
             !(r.group == spec.group && r.version == spec.version && r.plural == spec.plural)
         });
+        let buffer = self.watch_buffer;
         self.collections
             .entry(spec.group_resource())
-            .or_insert_with(Collection::new);
+            .or_insert_with(|| Collection::new(buffer));
         self.resources.push(spec);
     }
 
     fn collection(&mut self, spec: &ResourceSpec) -> &mut Collection {
+        let buffer = self.watch_buffer;
         self.collections
             .entry(spec.group_resource())
-            .or_insert_with(Collection::new)
+            .or_insert_with(|| Collection::new(buffer))
     }
 
     fn get(&self, spec: &ResourceSpec, ns: &str, name: &str) -> Option<Arc<Value>> {
