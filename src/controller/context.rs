@@ -18,7 +18,8 @@ use kube::{
 };
 
 use super::{
-    error::Error, leader::Leader, metrics::Metrics, settings::Tuning, workload::client::Clients,
+    error::Error, index::Index, leader::Leader, metrics::Metrics, settings::Tuning,
+    workload::client::Clients,
 };
 use crate::{api::ControlPlaneIngress, render::RouteKind, sources::SourceKind};
 
@@ -70,6 +71,7 @@ where
 {
     store: Store<K>,
     synced: tokio::sync::watch::Receiver<bool>,
+    index: Option<Arc<Index<K>>>,
 }
 
 impl<K> Cache<K>
@@ -79,7 +81,28 @@ where
 {
     /// A cache over `store`; `synced` turns true after the first full list.
     pub fn new(store: Store<K>, synced: tokio::sync::watch::Receiver<bool>) -> Self {
-        Cache { store, synced }
+        Cache {
+            store,
+            synced,
+            index: None,
+        }
+    }
+
+    /// This cache with `index` over it (filled by the same watch).
+    pub fn with_index(mut self, index: Arc<Index<K>>) -> Self {
+        self.index = Some(index);
+        self
+    }
+
+    /// The cached objects the index files under `key` (none without an
+    /// index). The index may lag the cache by an event: callers check each
+    /// object as a full look would.
+    pub fn indexed(&self, key: &str) -> Vec<Arc<K>> {
+        self.index
+            .iter()
+            .flat_map(|index| index.get(key))
+            .filter_map(|object| self.store.get(&object))
+            .collect()
     }
 
     /// Resolves once the first full list is in (false if the watch ended first).

@@ -10,6 +10,7 @@ mod context;
 mod discovery;
 mod endpoint;
 mod error;
+mod index;
 mod leader;
 mod metrics;
 pub mod probe;

@@ -67,8 +67,16 @@ pub(super) async fn apply(
             message,
         ));
     };
-    let everything = store.state();
-    let mut conflicts = conflict::route_conflicts(cpi, kind, everything.iter().map(|o| o.as_ref()));
+    // The routes filed under one of our hosts: the only ones that can
+    // conflict (looked up, not looked through: thousands of routes share
+    // the ingress).
+    let mut candidates: Vec<Arc<DynamicObject>> = conflict::candidate_keys(cpi)
+        .iter()
+        .flat_map(|key| store.indexed(key))
+        .collect();
+    candidates.sort_by_key(|o| o.metadata.uid.clone());
+    candidates.dedup_by_key(|o| o.metadata.uid.clone());
+    let mut conflicts = conflict::route_conflicts(cpi, kind, candidates.iter().map(|o| o.as_ref()));
     for object in desired {
         if let Some(existing) = store.get(&ObjectRef::from_obj_with(object, kind.api_resource()))
             && !conflict::controlled_by(&existing, cpi)
@@ -250,13 +258,17 @@ pub(super) async fn delete_stale(
         })
         .collect();
     for (kind, store) in &ctx.routes {
-        let stale = store.state_filter(|o| {
-            o.namespace() == cpi.namespace()
-                && o.owner_references()
-                    .iter()
-                    .any(|r| r.controller == Some(true) && r.uid == uid)
-                && !wanted.contains(&(kind.gvk().kind, o.name_any()))
-        });
+        let stale: Vec<_> = store
+            .indexed(&conflict::controller_key(&uid))
+            .into_iter()
+            .filter(|o| {
+                o.namespace() == cpi.namespace()
+                    && o.owner_references()
+                        .iter()
+                        .any(|r| r.controller == Some(true) && r.uid == uid)
+                    && !wanted.contains(&(kind.gvk().kind, o.name_any()))
+            })
+            .collect();
         let api = ctx.route_api(*kind, cpi);
         for object in stale {
             tracing::info!(object = %render::describe(cpi), kind = %kind.gvk().kind, name = %object.name_any(), "deleting a route object no longer wanted");

@@ -11,7 +11,7 @@ use std::{
 
 use futures::{StreamExt, future::join_all};
 use kube::{
-    Api, Client, ResourceExt,
+    Api, Client,
     api::{ApiResource, DynamicObject},
     runtime::{
         Controller, Predicate, WatchStreamExt,
@@ -28,13 +28,14 @@ use super::{
     context::{Backoff, Cache, Context, SourceCaches},
     discovery::{Installed, discover, restart_on_change},
     error::Error,
+    index::Index,
     leader::{self, Leader},
     metrics::Metrics,
     reconcile::{error_policy, reconcile},
     settings::Settings,
     sources,
 };
-use crate::{api::ControlPlaneIngress, telemetry::health};
+use crate::{api::ControlPlaneIngress, render::conflict, telemetry::health};
 
 /// What the admin endpoints see.
 struct AdminState {
@@ -147,6 +148,16 @@ pub async fn run(
     Ok(())
 }
 
+/// What a cached object need not keep: the field sets of its managed
+/// fields, which are often larger than the object itself and which no
+/// reconciliation reads (who manages it, which a conflict message names,
+/// is kept). Thousands of clusters mean thousands of each cached kind.
+fn lighten<K: kube::Resource>(object: &mut K) {
+    for entry in object.meta_mut().managed_fields.iter_mut().flatten() {
+        entry.fields_v1 = None;
+    }
+}
+
 /// A watch cache filled by its own task, and the stream of its changes for
 /// the Controller. The cache must not depend on the Controller polling it:
 /// reconciliations wait for the caches, and a Controller with every slot busy
@@ -155,6 +166,7 @@ fn reflect<K>(
     api: Api<K>,
     config: watcher::Config,
     dyntype: K::DynamicType,
+    index: Option<Arc<Index<K>>>,
     token: CancellationToken,
 ) -> (
     Cache<K>,
@@ -171,16 +183,22 @@ where
     K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
 {
     let writer = reflector::store::Writer::new(dyntype);
+    let filed = index.clone();
     let store = writer.as_reader();
     let (synced_tx, synced_rx) = tokio::sync::watch::channel(false);
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
-        let events = watcher(api, config).default_backoff().reflect(writer);
+        let events = watcher(api, config)
+            .default_backoff()
+            .modify(lighten)
+            .reflect(writer);
         futures::pin_mut!(events);
         loop {
             tokio::select! {
                 _ = token.cancelled() => break,
-                event = events.next() => match event {
+                event = events.next() => match event.inspect(|e| {
+                    if let (Some(index), Ok(e)) = (&filed, e) { index.observe(e) }
+                }) {
                     Some(Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object) | watcher::Event::Delete(object))) => {
                         let _ = tx.send(object);
                     }
@@ -195,7 +213,12 @@ where
     let changes = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|object| (Ok(object), rx))
     });
-    (Cache::new(store, synced_rx), changes)
+    let cache = Cache::new(store, synced_rx);
+    let cache = match index {
+        Some(index) => cache.with_index(index),
+        None => cache,
+    };
+    (cache, changes)
 }
 
 fn watch_config(settings: &Settings) -> watcher::Config {
@@ -226,7 +249,7 @@ async fn run_controllers(
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let (cpis, cpi_changes) = reflect(cpi_api, watch_config(settings), (), token.clone());
+    let (cpis, cpi_changes) = reflect(cpi_api, watch_config(settings), (), None, token.clone());
     metrics.count_conditions_of((*cpis).clone());
     // Our own status writes come back through the watch: only a change to
     // what is reconciled from (spec, labels, annotations, finalizers,
@@ -246,10 +269,17 @@ async fn run_controllers(
     // a ControlPlaneIngress that leaves the route to it reports on.
     let mut routes = HashMap::new();
     for (kind, resource) in &installed.routes {
+        // Filed by the hosts each routes and the object that controls it:
+        // what every reconciliation asks of this cache.
+        let kind_of = *kind;
+        let index = Index::new(resource.clone(), move |object: &DynamicObject| {
+            conflict::index_keys(kind_of, object)
+        });
         let (store, changes) = reflect(
             api_for(client, settings, resource),
             watcher::Config::default(),
             resource.clone(),
+            Some(index),
             token.clone(),
         );
         routes.insert(*kind, store);
@@ -262,16 +292,23 @@ async fn run_controllers(
             api_for(client, settings, &resource),
             watcher::Config::default(),
             resource.clone(),
+            None,
             token.clone(),
         );
         let index = cpis.clone();
+        // Every Cluster event looks through every ControlPlaneIngress: with
+        // thousands of each, the comparison must not allocate.
         let to_cpis = move |cluster: DynamicObject| {
+            let (namespace, name) = (
+                cluster.metadata.namespace.as_deref(),
+                cluster.metadata.name.as_deref(),
+            );
             index
                 .state()
                 .into_iter()
                 .filter(|c| {
-                    c.namespace() == cluster.namespace()
-                        && c.spec.cluster_name == cluster.name_any()
+                    c.metadata.namespace.as_deref() == namespace
+                        && Some(c.spec.cluster_name.as_str()) == name
                 })
                 .map(|c| ObjectRef::from_obj(&*c))
                 .collect::<Vec<_>>()
@@ -303,6 +340,7 @@ async fn run_controllers(
                 api_for(client, settings, resource),
                 watch_config(settings),
                 resource.clone(),
+                None,
                 token.clone(),
             );
             (*kind, resource.clone(), store, changes)

@@ -101,6 +101,39 @@ fn host_sni(rule: &str) -> Vec<String> {
     hosts
 }
 
+/// The keys a route object of `kind` is indexed under in the controller's
+/// cache: [`host_key`] of each host it routes, and [`controller_key`] of the
+/// object that controls it.
+pub fn index_keys(kind: RouteKind, object: &DynamicObject) -> Vec<String> {
+    let (hosts, _) = routed_hosts(kind, object);
+    let controller = object
+        .owner_references()
+        .iter()
+        .filter(|o| o.controller == Some(true))
+        .map(|o| controller_key(&o.uid));
+    hosts
+        .iter()
+        .map(|h| host_key(h))
+        .chain(controller)
+        .collect()
+}
+
+/// The index key of the route objects that route `host`.
+pub fn host_key(host: &str) -> String {
+    format!("host:{host}")
+}
+
+/// The index key of the route objects whose controller has uid `uid`.
+pub fn controller_key(uid: &str) -> String {
+    format!("controller:{uid}")
+}
+
+/// The index keys under which the routes that may conflict with `cpi` are
+/// found: its hosts'.
+pub fn candidate_keys(cpi: &ControlPlaneIngress) -> Vec<String> {
+    host_routes(cpi).iter().map(|r| host_key(r.host)).collect()
+}
+
 /// Objects of `kind`, not controlled by `cpi`, that route one of its hosts
 /// on the same ingress (for an Ingress: the same class). Each entry names the
 /// object, the host and its controller, for a condition and an Event.

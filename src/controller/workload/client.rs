@@ -9,9 +9,19 @@
 //!   connection per cluster would only hold memory here, a connection slot on
 //!   the shared ingress and a TLS session on the tenant API server;
 //! - the TLS session cache holds the one server the client talks to, not the
-//!   256 of rustls' default (14 KiB per client before the first connection).
+//!   256 of rustls' default (14 KiB per client before the first connection);
+//! - a client unused for [`KEEP`] is dropped: a cluster's reconciliations
+//!   come in a burst and then once per resync, minutes apart, and a client
+//!   costs about 25 KiB kept (kube's request buffer, its trust anchors, the
+//!   HTTP client and TLS session cache), 125 MiB for 5,000 clusters, where
+//!   building one again costs a kubeconfig parse (measured with heaptrack
+//!   on hack/bench-controller.sh).
 
-use std::{collections::HashMap, sync::Mutex, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
 
 use hyper_util::{
     client::legacy::{Client as HttpClient, connect::HttpConnector},
@@ -31,6 +41,9 @@ use crate::{api::ControlPlaneIngress, controller::redact};
 
 /// How long a connection may stay idle before it is closed.
 pub const IDLE: Duration = Duration::from_secs(5);
+
+/// How long an unused client is kept.
+pub const KEEP: Duration = Duration::from_secs(15);
 
 /// TLS 1.3 tickets kept for resuming sessions: enough for one server.
 const SESSION_TICKETS: usize = 8;
@@ -75,9 +88,35 @@ pub fn build(config: Config) -> kube::Result<Client> {
 /// Workload clients, one per cluster, rebuilt when its kubeconfig changes.
 #[derive(Default)]
 pub struct Clients {
-    clients: Mutex<HashMap<String, (String, Client)>>,
+    clients: Mutex<Cached>,
     /// Per cluster: the last steering rewrite seen, and when.
-    drift: Mutex<HashMap<String, (std::time::Instant, Vec<String>)>>,
+    drift: Mutex<HashMap<String, (Instant, Vec<String>)>>,
+}
+
+/// The clients by cluster: the kubeconfig's digest each was built from,
+/// and when it was last handed out.
+#[derive(Default)]
+struct Cached {
+    by_cluster: HashMap<String, (String, Client, Instant)>,
+    /// When clients unused for [`KEEP`] were last dropped.
+    swept: Option<Instant>,
+}
+
+impl Cached {
+    /// Drops the clients unused for [`KEEP`], at most once per tenth of it:
+    /// a look through every cluster on every call would cost more than the
+    /// clients.
+    fn sweep(&mut self, now: Instant) {
+        if self
+            .swept
+            .is_some_and(|at| now.duration_since(at) < KEEP / 10)
+        {
+            return;
+        }
+        self.swept = Some(now);
+        self.by_cluster
+            .retain(|_, (_, _, used)| now.duration_since(*used) < KEEP);
+    }
 }
 
 impl Clients {
@@ -101,7 +140,7 @@ impl Clients {
     /// Remember a steering rewrite seen now (see [`Clients::recent_drift`]).
     pub(super) fn note_drift(&self, key: &str, drift: Vec<String>) {
         let mut seen = self.drift.lock().expect("drift memory");
-        seen.insert(key.to_string(), (std::time::Instant::now(), drift));
+        seen.insert(key.to_string(), (Instant::now(), drift));
     }
 
     /// The client of `cpi`'s workload cluster.
@@ -142,10 +181,16 @@ impl Clients {
         };
         let digest = format!("{:x}", Md5::digest(&value.0));
         let key = format!("{namespace}/{cluster}");
-        if let Some((seen, client)) = self.clients.lock().expect("client cache").get(&key)
-            && *seen == digest
         {
-            return Ok(client.clone());
+            let mut cached = self.clients.lock().expect("client cache");
+            let now = Instant::now();
+            cached.sweep(now);
+            if let Some((seen, client, used)) = cached.by_cluster.get_mut(&key)
+                && *seen == digest
+            {
+                *used = now;
+                return Ok(client.clone());
+            }
         }
         let invalid = |e: String| Unreachable {
             reason: "KubeconfigInvalid",
@@ -171,7 +216,8 @@ impl Clients {
         self.clients
             .lock()
             .expect("client cache")
-            .insert(key, (digest, client.clone()));
+            .by_cluster
+            .insert(key, (digest, client.clone(), Instant::now()));
         Ok(client)
     }
 }
@@ -185,5 +231,42 @@ pub(crate) fn kubeconfig_secret(cpi: &ControlPlaneIngress) -> (String, String) {
             format!("{}-kubeconfig", cpi.spec.cluster_name),
             "value".to_string(),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client() -> Client {
+        build(Config::new("https://127.0.0.1:6443".parse().unwrap())).unwrap()
+    }
+
+    #[tokio::test]
+    async fn clients_unused_for_keep_are_dropped_at_most_every_tenth_of_it() {
+        let now = Instant::now();
+        let Some(long_ago) = now.checked_sub(KEEP + Duration::from_secs(1)) else {
+            return; // a machine up for less than a minute
+        };
+        let mut cached = Cached::default();
+        cached
+            .by_cluster
+            .insert("ns/old".into(), ("d".into(), client(), long_ago));
+        cached
+            .by_cluster
+            .insert("ns/recent".into(), ("d".into(), client(), now));
+        cached.sweep(now);
+        let mut kept: Vec<&String> = cached.by_cluster.keys().collect();
+        kept.sort();
+        assert_eq!(kept, ["ns/recent"]);
+
+        // Until a tenth of KEEP has passed, no other sweep runs.
+        cached
+            .by_cluster
+            .insert("ns/old".into(), ("d".into(), client(), long_ago));
+        cached.sweep(now + KEEP / 20);
+        assert_eq!(cached.by_cluster.len(), 2);
+        cached.sweep(now + KEEP / 10);
+        assert_eq!(cached.by_cluster.len(), 1);
     }
 }
