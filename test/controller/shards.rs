@@ -14,7 +14,9 @@ use hcp_ingress::{
     render::{ROUTE_PREFIX, RouteKind},
 };
 use k8s_openapi::api::{
+    apps::v1::DaemonSet,
     coordination::v1::Lease,
+    core::v1::{ConfigMap, Endpoints},
     rbac::v1::{ClusterRoleBinding, RoleBinding},
 };
 use kube::{Api, Client, ResourceExt, api::ListParams};
@@ -22,6 +24,7 @@ use realkube::AuditRecord;
 use serde_json::{Value, json};
 
 use crate::harness::*;
+use crate::workload::{CLUSTER, connect, workload_cluster};
 
 /// The shards' ControlPlaneIngresses (three each), one nobody's.
 const SHARD_A: [&str; 3] = ["a-0", "a-1", "a-2"];
@@ -49,6 +52,40 @@ fn cpi(name: &str, shard: Option<&str>) -> Value {
         value["metadata"]["labels"] = json!({WATCH_FILTER_LABEL: shard});
     }
     value
+}
+
+/// The workload cluster's ControlPlaneIngress in `shard`, with the node
+/// proxy, steering `default/kubernetes` to it, and `upstreams`.
+fn workload_cpi(shard: &str, upstreams: &[&str]) -> Value {
+    json!({"apiVersion": "hcp-ingress.dev/v1alpha1", "kind": "ControlPlaneIngress",
+        "metadata": {"name": CLUSTER, "namespace": NS, "labels": {WATCH_FILTER_LABEL: shard}},
+        "spec": {"clusterName": CLUSTER, "ingress": {"apiHost": "api.wl.example.com"},
+                 "backend": {"serviceName": "kmc-wl", "apiPort": 30443},
+                 "proxy": {"upstreams": upstreams}}})
+}
+
+/// The addresses `default/kubernetes` sends pods to.
+fn endpoint_ips(endpoints: &Endpoints) -> Vec<String> {
+    endpoints
+        .subsets
+        .iter()
+        .flatten()
+        .flat_map(|s| s.addresses.iter().flatten())
+        .map(|a| a.ip.clone())
+        .collect()
+}
+
+/// The field managers of an object's main resource (its status is the
+/// cluster's controllers' to write).
+fn managers<K: kube::Resource>(object: &K) -> BTreeSet<String> {
+    object
+        .meta()
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|f| f.subresource.is_none())
+        .filter_map(|f| f.manager.clone())
+        .collect()
 }
 
 /// An instance for shard `value`: its watch filter, and leader election on
@@ -118,12 +155,15 @@ async fn second_identity(m: &Management) -> Client {
     real.client_with_token(&token).await
 }
 
-/// Whether `record` is about the ControlPlaneIngress `name` or its route.
+/// Whether `record` is about the ControlPlaneIngress `name`, its route, or
+/// its cluster's Secrets (`<name>-kubeconfig`, `<name>-ca`).
 fn about(record: &AuditRecord, name: &str) -> bool {
-    record
-        .resource
-        .as_ref()
-        .is_some_and(|r| r.name == name || r.name == format!("{ROUTE_PREFIX}{name}"))
+    record.resource.as_ref().is_some_and(|r| {
+        r.name == name
+            || r.name == format!("{ROUTE_PREFIX}{name}")
+            || r.name == format!("{name}-kubeconfig")
+            || r.name == format!("{name}-ca")
+    })
 }
 
 /// The ControlPlaneIngress once its status speaks of its current generation.
@@ -140,6 +180,8 @@ async fn observed(client: &Client, name: &str) -> ControlPlaneIngress {
 async fn two_watch_filter_shards_reconcile_disjoint_clusters_and_hand_one_over() {
     let m = management(&[]).await;
     let real = m.api.real();
+    let w = workload_cluster().await;
+    connect(&m, &w).await;
     let b_client = second_identity(&m).await;
     m.api.check_rejections_of(&shard_b_user());
     let running_a = m.start_with(shard("a"));
@@ -152,6 +194,7 @@ async fn two_watch_filter_shards_reconcile_disjoint_clusters_and_hand_one_over()
         apply_value(&m.client, cpi(name, Some("b"))).await;
     }
     apply_value(&m.client, cpi(UNSHARDED, None)).await;
+    apply_value(&m.client, workload_cpi("a", &["192.0.2.10"])).await;
     // A source object of shard b: the ControlPlaneIngress derived from it
     // must carry its shard's label, or no instance would ever see it.
     let mut cluster: Value = serde_saphyr::from_str(&example("capi-cluster-domain.yaml")).unwrap();
@@ -163,6 +206,11 @@ async fn two_watch_filter_shards_reconcile_disjoint_clusters_and_hand_one_over()
     for name in SHARD_A.iter().chain(&SHARD_B).chain(&[DERIVED_B]) {
         observed(&m.client, name).await;
     }
+    wait_condition(&m.client, CLUSTER, "EndpointsSteered", "True").await;
+    let endpoints: Api<Endpoints> = Api::namespaced(w.client(), "default");
+    let steered = endpoint_ips(&endpoints.get("kubernetes").await.unwrap());
+    let daemon_sets: Api<DaemonSet> = Api::namespaced(w.client(), "kube-system");
+    let proxy_before = daemon_sets.get("hcp-ingress-proxy").await.unwrap();
     let derived = cpis(&m.client).get(DERIVED_B).await.unwrap();
     assert_eq!(
         derived.labels().get(WATCH_FILTER_LABEL).map(String::as_str),
@@ -196,7 +244,11 @@ async fn two_watch_filter_shards_reconcile_disjoint_clusters_and_hand_one_over()
                 .copied()
                 .collect::<Vec<_>>(),
         ),
-        (shard_b_user(), "b", SHARD_A.to_vec()),
+        (
+            shard_b_user(),
+            "b",
+            SHARD_A.iter().chain(&[CLUSTER]).copied().collect(),
+        ),
     ];
     for (user, own, others) in &users {
         let requests = real.requests_by(user);
@@ -246,10 +298,42 @@ async fn two_watch_filter_shards_reconcile_disjoint_clusters_and_hand_one_over()
     let route_name = format!("{ROUTE_PREFIX}{MOVED}");
     let route_before = route_api.get(&route_name).await.unwrap();
     let mark = real.request_log().len();
+    // Meanwhile, pods of the workload cluster must never be sent anywhere
+    // but the proxy: a shard that let go of the cluster as if it had been
+    // deleted would give `default/kubernetes` back.
+    let watching = tokio::spawn({
+        let endpoints = endpoints.clone();
+        async move {
+            let mut seen = BTreeSet::new();
+            loop {
+                if let Ok(e) = endpoints.get("kubernetes").await {
+                    seen.insert(endpoint_ips(&e));
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                if seen.len() > 1 {
+                    return seen;
+                }
+            }
+        }
+    });
     let mut moved = cpi(MOVED, Some("b"));
     moved["spec"]["ingress"]["apiHost"] = json!("api.a-2-moved.example.com");
     apply_value(&m.client, moved).await;
+    apply_value(&m.client, workload_cpi("b", &["192.0.2.10"])).await;
     observed(&m.client, MOVED).await;
+    // b carries the workload side on: a change of the proxy's upstreams
+    // reaches the cluster's ConfigMap, written under the same field manager.
+    apply_value(&m.client, workload_cpi("b", &["192.0.2.10", "192.0.2.11"])).await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(w.client(), "kube-system");
+    let config = eventually("the proxy's config with the new upstream", || async {
+        let config = config_maps.get("hcp-ingress-proxy").await.ok()?;
+        serde_json::to_string(&config.data)
+            .ok()?
+            .contains("192.0.2.11")
+            .then_some(config)
+    })
+    .await;
+    wait_condition(&m.client, CLUSTER, "EndpointsSteered", "True").await;
     let route_after = eventually("the moved route with its new host", || async {
         let route = route_api.get(&route_name).await.ok()?;
         serde_json::to_string(&route.data)
@@ -259,20 +343,58 @@ async fn two_watch_filter_shards_reconcile_disjoint_clusters_and_hand_one_over()
     })
     .await;
     let since = real.request_log().split_off(mark);
-    let by_a: Vec<String> = since
-        .iter()
-        .filter(|r| r.user == controller_user() && about(r, MOVED))
-        .map(|r| format!("{} {}", r.verb, r.uri))
-        .collect();
-    assert!(
-        by_a.is_empty(),
-        "shard a still touched {MOVED} after the hand-over: {by_a:#?}"
-    );
+    for name in [MOVED, CLUSTER] {
+        let by_a: Vec<String> = since
+            .iter()
+            .filter(|r| r.user == controller_user() && about(r, name))
+            .map(|r| format!("{} {}", r.verb, r.uri))
+            .collect();
+        assert!(
+            by_a.is_empty(),
+            "shard a still touched {name} after the hand-over: {by_a:#?}"
+        );
+    }
     assert!(
         since
             .iter()
             .any(|r| r.user == shard_b_user() && r.is_write() && about(r, MOVED)),
         "shard b wrote {MOVED} after the hand-over"
+    );
+    assert!(
+        since
+            .iter()
+            .any(|r| r.user == shard_b_user() && about(r, CLUSTER)),
+        "shard b read {CLUSTER}'s kubeconfig after the hand-over"
+    );
+
+    // The workload side went on as one: `default/kubernetes` steered all
+    // along, the same proxy DaemonSet, and one field manager on what we
+    // wrote there.
+    assert!(
+        !watching.is_finished(),
+        "default/kubernetes changed during the hand-over: {:?}",
+        watching.await.unwrap()
+    );
+    watching.abort();
+    let endpoints_after = endpoints.get("kubernetes").await.unwrap();
+    assert_eq!(endpoint_ips(&endpoints_after), steered);
+    let proxy_after = daemon_sets.get("hcp-ingress-proxy").await.unwrap();
+    assert_eq!(
+        proxy_after.uid(),
+        proxy_before.uid(),
+        "the proxy DaemonSet is the same object"
+    );
+    let ours = BTreeSet::from([hcp_ingress::api::MANAGER.to_string()]);
+    assert_eq!(
+        managers(&proxy_after),
+        ours,
+        "the proxy DaemonSet's managers"
+    );
+    assert_eq!(managers(&config), ours, "the proxy ConfigMap's managers");
+    let endpoint_managers = managers(&endpoints_after);
+    assert!(
+        endpoint_managers.contains(hcp_ingress::api::MANAGER) && endpoint_managers.len() <= 2,
+        "default/kubernetes is steered by one manager of ours beside the provider's: {endpoint_managers:?}"
     );
     assert_eq!(
         route_after.uid(),
