@@ -442,6 +442,12 @@ impl World {
     }
 
     /// Stop a named process with a signal; returns its exit status code.
+    ///
+    /// The signal is sent again every second until the process is gone: a
+    /// single-process nginx (the `backends`) that gets SIGTERM after
+    /// installing its handlers but before its first wait for events only
+    /// acts on it at its next event, which an idle stand-in never has (seen
+    /// on a loaded machine: still running a minute later).
     pub fn signal(&mut self, name: &str, sig: &str) -> Option<i32> {
         let i = self
             .procs
@@ -449,9 +455,15 @@ impl World {
             .position(|p| p.name == name)
             .expect("no such process");
         let mut p = self.procs.remove(i);
-        run(&["kill", &format!("-{sig}"), &p.child.id().to_string()]);
+        let pid = p.child.id().to_string();
         let deadline = Instant::now() + Duration::from_secs(60);
+        let mut next_send = Instant::now();
         loop {
+            if Instant::now() >= next_send {
+                run(&["kill", &format!("-{sig}"), &pid]);
+                next_send = Instant::now() + Duration::from_secs(1);
+            }
+            std::thread::sleep(Duration::from_millis(20));
             if let Some(st) = p.child.try_wait().unwrap() {
                 return st.code();
             }
@@ -459,7 +471,6 @@ impl World {
                 Instant::now() < deadline,
                 "{name} did not exit after SIG{sig}"
             );
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
