@@ -11,24 +11,18 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use tokio::sync::watch as signal;
-
 use crate::{
-    Error, Options, RequestRecord, faults, http,
+    Error, Options, RequestRecord, Served, faults, http,
     http::{Router, TENANT_PREFIX},
-    kubeconfig, store, tls,
+    store,
 };
 
-/// A running host; stops when dropped.
+/// A running host; stops when it and every [`Tenant`] handle are dropped.
 pub struct Host {
     opts: Options,
-    base: String,
-    addr: SocketAddr,
-    tls: Option<tls::Tls>,
+    served: Arc<Served>,
     tenants: Arc<http::Tenants>,
     hooks: Arc<faults::Hooks>,
-    shutdown: signal::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
 }
 
 /// One API server of a [`Host`].
@@ -36,41 +30,20 @@ pub struct Host {
 pub struct Tenant {
     name: String,
     shared: Arc<http::Shared>,
-    ca: Option<(String, Vec<u8>)>,
+    served: Arc<Served>,
 }
 
 impl Host {
     /// Starts a host with no tenants; `opts` apply to every tenant (the
     /// kubeconfig's names are the tenant's).
     pub async fn start(opts: Options) -> Result<Host, Error> {
-        let bind = |source| Error::Bind {
-            addr: opts.listen.to_string(),
-            source,
-        };
-        let listener = tokio::net::TcpListener::bind(opts.listen)
-            .await
-            .map_err(bind)?;
-        let addr = listener.local_addr().map_err(bind)?;
-        let tls = if opts.tls {
-            Some(tls::generate()?)
-        } else {
-            None
-        };
-        let scheme = if tls.is_some() { "https" } else { "http" };
         let tenants = Arc::new(http::Tenants::default());
-        let (shutdown, rx) = signal::channel(false);
-        let acceptor = tls.as_ref().map(|t| t.acceptor.clone());
-        let router = Router::Tenants(tenants.clone());
-        let task = tokio::spawn(http::serve(listener, router, acceptor, rx));
+        let served = Served::start(&opts, |_| Router::Tenants(tenants.clone())).await?;
         Ok(Host {
             opts,
-            base: format!("{scheme}://{addr}"),
-            addr,
-            tls,
+            served: Arc::new(served),
             tenants,
             hooks: Arc::new(faults::Hooks::default()),
-            shutdown,
-            task,
         })
     }
 
@@ -86,7 +59,7 @@ impl Host {
                         self.opts.watch_buffer,
                     )),
                     hooks: self.hooks.clone(),
-                    url: format!("{}/{TENANT_PREFIX}/{name}", self.base),
+                    url: format!("{}/{TENANT_PREFIX}/{name}", self.served.base),
                     bookmark_interval: self.opts.bookmark_interval,
                 })
             })
@@ -94,16 +67,13 @@ impl Host {
         Tenant {
             name: name.to_string(),
             shared,
-            ca: self
-                .tls
-                .as_ref()
-                .map(|t| (t.ca_pem.clone(), t.ca_der.clone())),
+            served: self.served.clone(),
         }
     }
 
     /// Listening address.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.served.addr
     }
 
     /// Every request served so far, to any tenant (paths without the
@@ -118,13 +88,6 @@ impl Host {
     }
 }
 
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = self.shutdown.send(true);
-        self.task.abort();
-    }
-}
-
 impl Tenant {
     /// Base URL, `https://127.0.0.1:PORT/clusters/<name>`.
     pub fn url(&self) -> String {
@@ -133,11 +96,7 @@ impl Tenant {
 
     /// A kubeconfig for this tenant (usable in a Secret's `value` key).
     pub fn kubeconfig_yaml(&self) -> String {
-        kubeconfig::render(
-            &self.name,
-            &self.url(),
-            self.ca.as_ref().map(|(pem, _)| pem.as_str()),
-        )
+        self.served.kubeconfig(&self.name, &self.url())
     }
 
     /// A `kube::Client` for this tenant, default namespace `default`.
@@ -145,10 +104,7 @@ impl Tenant {
     /// # Panics
     /// If kube cannot build a client for a loopback URL (a bug).
     pub fn client(&self) -> kube::Client {
-        let url = self.url().parse().expect("memkube URLs are valid");
-        let mut config = kube::Config::new(url);
-        config.root_cert = self.ca.as_ref().map(|(_, der)| vec![der.clone()]);
-        kube::Client::try_from(config).expect("failed to build a kube client for memkube")
+        self.served.client(&self.url())
     }
 
     /// The objects, for a stand-in that works on them in-process.

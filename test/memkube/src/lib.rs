@@ -84,11 +84,79 @@ impl Default for Options {
 /// A running server; stops when dropped.
 pub struct TestApi {
     shared: Arc<http::Shared>,
-    addr: SocketAddr,
     name: String,
-    tls: Option<tls::Tls>,
+    served: Served,
+}
+
+/// A listener serving a router, over TLS when asked; stops when dropped.
+/// What a [`TestApi`] and a [`Host`] share.
+pub(crate) struct Served {
+    /// Listening address.
+    pub(crate) addr: SocketAddr,
+    /// `http://127.0.0.1:PORT` (or `https://`).
+    pub(crate) base: String,
+    /// The generated CA and certificate, with `Options::tls`.
+    pub(crate) tls: Option<tls::Tls>,
     shutdown: signal::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
+}
+
+impl Served {
+    /// Binds `opts.listen` and serves the router `router` makes of the
+    /// base URL.
+    pub(crate) async fn start(
+        opts: &Options,
+        router: impl FnOnce(&str) -> http::Router,
+    ) -> Result<Served, Error> {
+        let bind = |source| Error::Bind {
+            addr: opts.listen.to_string(),
+            source,
+        };
+        let listener = tokio::net::TcpListener::bind(opts.listen)
+            .await
+            .map_err(bind)?;
+        let addr = listener.local_addr().map_err(bind)?;
+        let tls = if opts.tls {
+            Some(tls::generate()?)
+        } else {
+            None
+        };
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let base = format!("{scheme}://{addr}");
+        let (shutdown, rx) = signal::channel(false);
+        let acceptor = tls.as_ref().map(|t| t.acceptor.clone());
+        let task = tokio::spawn(http::serve(listener, router(&base), acceptor, rx));
+        Ok(Served {
+            addr,
+            base,
+            tls,
+            shutdown,
+            task,
+        })
+    }
+
+    /// A `kube::Client` for `url` on this listener, trusting its CA.
+    ///
+    /// # Panics
+    /// If kube cannot build a client for a loopback URL (a bug).
+    pub(crate) fn client(&self, url: &str) -> kube::Client {
+        let url = url.parse().expect("memkube URLs are valid");
+        let mut config = kube::Config::new(url);
+        config.root_cert = self.tls.as_ref().map(|t| vec![t.ca_der.clone()]);
+        kube::Client::try_from(config).expect("failed to build a kube client for memkube")
+    }
+
+    /// A kubeconfig named `name` for `url` on this listener.
+    pub(crate) fn kubeconfig(&self, name: &str, url: &str) -> String {
+        kubeconfig::render(name, url, self.tls.as_ref().map(|t| t.ca_pem.as_str()))
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+        self.task.abort();
+    }
 }
 
 impl TestApi {
@@ -104,42 +172,25 @@ impl TestApi {
 
     /// Starts a server with options.
     pub async fn start_with(opts: Options) -> Result<Self, Error> {
-        let listener = tokio::net::TcpListener::bind(opts.listen)
-            .await
-            .map_err(|source| Error::Bind {
-                addr: opts.listen.to_string(),
-                source,
-            })?;
-        let addr = listener.local_addr().map_err(|source| Error::Bind {
-            addr: opts.listen.to_string(),
-            source,
-        })?;
-        let tls = if opts.tls {
-            Some(tls::generate()?)
-        } else {
-            None
-        };
-        let scheme = if tls.is_some() { "https" } else { "http" };
-        let shared = Arc::new(http::Shared {
-            store: Arc::new(store::Store::with_watch_buffer(
-                opts.history,
-                opts.watch_buffer,
-            )),
-            hooks: Arc::new(faults::Hooks::default()),
-            url: format!("{scheme}://{addr}"),
-            bookmark_interval: opts.bookmark_interval,
-        });
-        let (shutdown, rx) = signal::channel(false);
-        let acceptor = tls.as_ref().map(|t| t.acceptor.clone());
-        let router = http::Router::One(shared.clone());
-        let task = tokio::spawn(http::serve(listener, router, acceptor, rx));
+        let mut shared = None;
+        let served = Served::start(&opts, |base| {
+            let one = Arc::new(http::Shared {
+                store: Arc::new(store::Store::with_watch_buffer(
+                    opts.history,
+                    opts.watch_buffer,
+                )),
+                hooks: Arc::new(faults::Hooks::default()),
+                url: base.to_string(),
+                bookmark_interval: opts.bookmark_interval,
+            });
+            shared = Some(one.clone());
+            http::Router::One(one)
+        })
+        .await?;
         Ok(Self {
-            shared,
-            addr,
+            shared: shared.expect("the router is made at start"),
             name: opts.name,
-            tls,
-            shutdown,
-            task,
+            served,
         })
     }
 
@@ -150,16 +201,12 @@ impl TestApi {
 
     /// Listening address.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.served.addr
     }
 
     /// A kubeconfig pointing at this server (usable in a Secret's `value` key).
     pub fn kubeconfig_yaml(&self) -> String {
-        kubeconfig::render(
-            &self.name,
-            &self.url(),
-            self.tls.as_ref().map(|t| t.ca_pem.as_str()),
-        )
+        self.served.kubeconfig(&self.name, &self.url())
     }
 
     /// A `kube::Client` for this server, default namespace `default`.
@@ -167,15 +214,12 @@ impl TestApi {
     /// # Panics
     /// If kube cannot build a client for a loopback URL (a bug).
     pub fn client(&self) -> kube::Client {
-        let url = self.url().parse().expect("memkube URLs are valid");
-        let mut config = kube::Config::new(url);
-        config.root_cert = self.tls.as_ref().map(|t| vec![t.ca_der.clone()]);
-        kube::Client::try_from(config).expect("failed to build a kube client for memkube")
+        self.served.client(&self.url())
     }
 
     /// The CA certificate (PEM) of an HTTPS server.
     pub fn ca_pem(&self) -> Option<String> {
-        self.tls.as_ref().map(|t| t.ca_pem.clone())
+        self.served.tls.as_ref().map(|t| t.ca_pem.clone())
     }
 
     /// The objects, for a stand-in that works on them in-process.
@@ -241,13 +285,6 @@ impl TestApi {
     /// The current global resourceVersion (the last write's).
     pub fn resource_version(&self) -> u64 {
         self.shared.store.current_rv()
-    }
-}
-
-impl Drop for TestApi {
-    fn drop(&mut self) {
-        let _ = self.shutdown.send(true);
-        self.task.abort();
     }
 }
 
