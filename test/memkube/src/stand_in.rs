@@ -15,14 +15,19 @@ use tokio::sync::broadcast::error::RecvError;
 
 use crate::store::{Event, EventType, PatchBody, Store, Subscription, WriteOptions};
 
+/// The status the DaemonSet controller writes once one node runs the pod.
+fn ready_on_one_node() -> Value {
+    json!({"status": {"desiredNumberScheduled": 1, "currentNumberScheduled": 1,
+                      "numberReady": 1, "numberMisscheduled": 0}})
+}
+
 /// Whenever DaemonSet `namespace/name` shows no ready node, report it
 /// scheduled and ready on one node, as the DaemonSet controller would once a
 /// kubelet ran its pod. Driven by a watch, as the real controllers are; runs
 /// until its task is dropped or aborted.
 pub async fn daemon_set_ready_on_one_node(client: Client, namespace: &str, name: &str) {
     let api: Api<DaemonSet> = Api::namespaced(client, namespace);
-    let status = json!({"status": {"desiredNumberScheduled": 1, "currentNumberScheduled": 1,
-                                   "numberReady": 1, "numberMisscheduled": 0}});
+    let status = ready_on_one_node();
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let events = watcher(api.clone(), config)
         .default_backoff()
@@ -49,8 +54,7 @@ pub async fn daemon_set_ready_in_store(store: Arc<Store>, namespace: &str, name:
     let Some(spec) = store.resolve("apps", "v1", "daemonsets") else {
         return;
     };
-    let status = json!({"status": {"desiredNumberScheduled": 1, "currentNumberScheduled": 1,
-                                   "numberReady": 1, "numberMisscheduled": 0}});
+    let status = ready_on_one_node();
     let write = WriteOptions {
         manager: "kube-controller-manager".into(),
         subresource: Some("status".into()),
