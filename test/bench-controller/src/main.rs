@@ -32,6 +32,11 @@
 //! window a second replica campaigns and the leader stops (releasing its
 //! Lease, as on a rolling update): the time until the new leader has
 //! reconciled every cluster, and its writes until then, are measured.
+//!
+//! With `--shards K`, K controllers run side by side instead, each with the
+//! `--watch-filter` of its shard and its own Lease, and cluster `i` is
+//! labelled for shard `i % K`: every request a shard makes about another
+//! shard's cluster (its objects are named after it) is counted and shown.
 #![forbid(unsafe_code)]
 
 use std::{
@@ -49,7 +54,9 @@ use clap::{Parser, ValueEnum};
 use futures::{StreamExt, TryStreamExt};
 use hcp_ingress::{
     api::ControlPlaneIngress,
-    controller::{DEFAULT_LEASE, LeaseConfig, Settings, run},
+    controller::{
+        DEFAULT_LEASE, LeaseConfig, Settings, WATCH_FILTER_LABEL, WatchFilter, lease_name, run,
+    },
 };
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::{
@@ -140,6 +147,10 @@ struct Args {
     /// Give every cluster its workload side (see the module docs).
     #[arg(long)]
     workloads: bool,
+    /// Controllers side by side, each with its own `--watch-filter`: cluster
+    /// `i` is labelled for shard `i % shards` (1: one controller, no filter).
+    #[arg(long, default_value_t = 1)]
+    shards: usize,
 }
 
 impl Args {
@@ -160,6 +171,7 @@ impl Args {
             format!("--namespaces={}", self.namespaces),
             format!("--history={}", self.history),
             format!("--timeout-secs={}", self.timeout_secs),
+            format!("--shards={}", self.shards),
         ];
         if let Some(c) = self.concurrency {
             args.push(format!("--concurrency={c}"));
@@ -273,10 +285,30 @@ fn print_details(r: &Value) {
         "  reconciles per cluster by route flavor during convergence: {}",
         r["reconciles_by_flavor"]
     );
+    println!(
+        "  reconciles per cluster by reason during convergence: {}",
+        r["reconciles_by_reason"]
+    );
     println!("  controller requests during convergence, by verb and resource:");
     if let Some(by) = r["converge"]["by"].as_object() {
         for (key, count) in by {
             println!("    {count:>7}  {key}");
+        }
+    }
+    if r["shards"].as_u64().unwrap_or(1) > 1 {
+        println!(
+            "  requests by shard during convergence: {}; requests about another shard's clusters: {} (steady window: {})",
+            r["converge"]["by_shard"], r["converge"]["foreign"], r["steady"]["foreign"]
+        );
+        for sample in r["converge"]["foreign_samples"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            println!(
+                "    another shard's: {}",
+                sample.as_str().unwrap_or_default()
+            );
         }
     }
     if let Some(errors) = r["converge"]["errors"].as_object() {
@@ -325,10 +357,16 @@ fn print_table(args: &Args, results: &[Value]) {
     let mut header = "| metric | target |".to_string();
     let mut rule = "|---|---|".to_string();
     for r in results {
+        let shards = r["shards"].as_u64().unwrap_or(1);
         header.push_str(&format!(
-            " {} N={} |",
+            " {} N={}{} |",
             r["api"].as_str().unwrap_or("memkube"),
-            r["n"]
+            r["n"],
+            if shards > 1 {
+                format!(" in {shards} shards")
+            } else {
+                String::new()
+            }
         ));
         rule.push_str("---|");
     }
@@ -348,12 +386,17 @@ fn print_table(args: &Args, results: &[Value]) {
         format!("{s:.2} {}", verdict(ok))
     });
     // Requests per cluster must not grow with N: each column against the
-    // smallest N of its API server at or above 1,000 in this run.
+    // smallest smaller N, at or above 1,000, of its API server and shards in
+    // this run (none: no verdict).
     let per_cluster = |r: &Value| f(&r["converge"], "total") / f(r, "n");
     let anchor = |r: &Value| {
         results
             .iter()
-            .filter(|a| a["api"] == r["api"] && n_of(a) >= 1000)
+            .filter(|a| {
+                a["api"] == r["api"]
+                    && a["shards"] == r["shards"]
+                    && (1000..n_of(r)).contains(&n_of(a))
+            })
             .min_by_key(|a| n_of(a))
             .map(per_cluster)
     };
@@ -363,7 +406,7 @@ fn print_table(args: &Args, results: &[Value]) {
         &|r| {
             let mine = per_cluster(r);
             match anchor(r) {
-                Some(a) if n_of(r) > 1000 => format!("{mine:.2} {}", verdict(mine <= a * 1.05)),
+                Some(a) => format!("{mine:.2} {}", verdict(mine <= a * 1.05)),
                 _ => format!("{mine:.2}"),
             }
         },
@@ -414,17 +457,41 @@ fn print_table(args: &Args, results: &[Value]) {
         &|r| format!("{:.1}", f(r, "memkube_rss_peak_mib")),
     );
     row(
+        "requests about another shard's clusters (convergence + steady)",
+        "0",
+        &|r| {
+            if r["shards"].as_u64().unwrap_or(1) > 1 {
+                let foreign = f(&r["converge"], "foreign") + f(&r["steady"], "foreign");
+                format!("{foreign} {}", verdict(foreign == 0.0))
+            } else {
+                "—".into()
+            }
+        },
+    );
+    // Measured with one controller; shards stop instead.
+    let handed_over = |r: &Value, cell: &dyn Fn(&Value) -> String| {
+        if r["handover"].is_null() {
+            "—".to_string()
+        } else {
+            cell(r)
+        }
+    };
+    row(
         "hand-over: leadership and a full resync (s)",
         TARGETS,
         &|r| {
-            let s = f(r, "handover_secs");
-            let ok = r["handover_resynced"] == r["n"] && s < targets(n_of(r)).0;
-            format!("{s:.2} {}", verdict(ok))
+            handed_over(r, &|r| {
+                let s = f(r, "handover_secs");
+                let ok = r["handover_resynced"] == r["n"] && s < targets(n_of(r)).0;
+                format!("{s:.2} {}", verdict(ok))
+            })
         },
     );
     row("hand-over: writes until then", "0", &|r| {
-        let w = f(&r["handover"], "writes");
-        format!("{w} {}", verdict(w == 0.0))
+        handed_over(r, &|r| {
+            let w = f(&r["handover"], "writes");
+            format!("{w} {}", verdict(w == 0.0))
+        })
     });
     row(
         "rig: workload side's memory in the bench (KiB/cluster)",
@@ -477,6 +544,9 @@ struct ReconcileCounter {
     /// Reconciliations of each route flavor (from the object's name: the
     /// bench gives cluster `i` flavor `i % 4`).
     by_flavor: Arc<Mutex<BTreeMap<&'static str, u64>>>,
+    /// Reconciliations by kube-runtime's reason (`object.reason`), a related
+    /// object's by its kind only: which trigger grows with N.
+    by_reason: Arc<Mutex<BTreeMap<String, u64>>>,
 }
 
 impl ReconcileCounter {
@@ -500,6 +570,16 @@ impl ReconcileCounter {
             .into()
     }
 
+    /// Reconciliations per cluster for each reason so far.
+    fn per_reason(&self, n: usize) -> Value {
+        let counts = self.by_reason.lock().expect("reasons");
+        counts
+            .iter()
+            .map(|(reason, count)| (reason.clone(), json!(*count as f64 / n.max(1) as f64)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    }
+
     fn forget(&self) {
         self.seen.lock().expect("seen").clear();
     }
@@ -512,15 +592,32 @@ fn flavor_of(object: &str) -> Option<&'static str> {
     Some(FLAVORS[i % FLAVORS.len()])
 }
 
-/// A span's `object.ref`, when it names a ControlPlaneIngress.
+/// A span's `object.ref`, when it names a ControlPlaneIngress, and its
+/// `object.reason`, a related object's reason cut to its kind
+/// (`related object updated: Cluster`).
 #[derive(Default)]
-struct CpiRef(Option<String>);
+struct CpiRef {
+    object: Option<String>,
+    reason: String,
+}
 
 impl tracing::field::Visit for CpiRef {
     fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "object.ref" {
-            let text = format!("{value:?}");
-            self.0 = text.starts_with("ControlPlaneIngress.").then_some(text);
+        match field.name() {
+            "object.ref" => {
+                let text = format!("{value:?}");
+                self.object = text.starts_with("ControlPlaneIngress.").then_some(text);
+            }
+            "object.reason" => {
+                let text = format!("{value:?}");
+                self.reason = match text.split_once(": ") {
+                    Some((why, object)) => {
+                        format!("{why}: {}", object.split('.').next().unwrap_or(object))
+                    }
+                    None => text,
+                };
+            }
+            _ => {}
         }
     }
 }
@@ -535,8 +632,14 @@ impl<S: tracing::Subscriber> Layer<S> for ReconcileCounter {
         if attrs.metadata().name() == "reconciling object" {
             let mut cpi = CpiRef::default();
             attrs.record(&mut cpi);
-            if let Some(object) = cpi.0 {
+            if let Some(object) = cpi.object {
                 self.count.fetch_add(1, Ordering::Relaxed);
+                *self
+                    .by_reason
+                    .lock()
+                    .expect("reasons")
+                    .entry(cpi.reason)
+                    .or_default() += 1;
                 if let Some(flavor) = flavor_of(&object) {
                     *self
                         .by_flavor
@@ -603,16 +706,42 @@ fn cpu_secs_of(pid: &str) -> f64 {
 }
 
 /// A client for `url` sending `agent` as its `User-Agent`.
-fn client(url: &str, agent: &'static str) -> Result<Client, String> {
+fn client(url: &str, agent: &str) -> Result<Client, String> {
     let uri = url
         .parse()
         .map_err(|e| format!("bad memkube URL {url}: {e}"))?;
-    let mut config = kube::Config::new(uri);
-    config.headers.push((
-        http::header::USER_AGENT,
-        http::HeaderValue::from_static(agent),
-    ));
+    with_agent(kube::Config::new(uri), agent)
+}
+
+fn with_agent(mut config: kube::Config, agent: &str) -> Result<Client, String> {
+    let agent =
+        http::HeaderValue::from_str(agent).map_err(|e| format!("bad User-Agent {agent}: {e}"))?;
+    config.headers.push((http::header::USER_AGENT, agent));
     Client::try_from(config).map_err(|e| format!("failed to build a client: {e}"))
+}
+
+/// The controller's client, from what the `serve` child said: memkube's
+/// URL, or the real API server's kubeconfig.
+async fn controller_client(said: &str, agent: &str) -> Result<Client, String> {
+    match said.split_once(' ') {
+        Some(("url", url)) => client(url, agent),
+        Some(("kubeconfig", path)) => {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("failed to read {path}: {e}"))?;
+            let kubeconfig =
+                kube::config::Kubeconfig::from_yaml(&text).map_err(|e| format!("{path}: {e}"))?;
+            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .map_err(|e| format!("{path}: {e}"))?;
+            with_agent(config, agent)
+        }
+        _ => Err(format!("the API server said {said:?}")),
+    }
+}
+
+/// The `User-Agent` of shard `k`'s controller.
+fn shard_agent(k: usize) -> String {
+    format!("{CONTROLLER_AGENT}/{}", shard_value(k))
 }
 
 /// The `serve` child and its line protocol.
@@ -716,27 +845,36 @@ async fn measure(args: &Args) -> Result<(), String> {
     if let Some(c) = args.concurrency {
         settings.concurrency = c;
     }
-    settings.lease = Some(lease("replica-a"));
+    settings.lease = Some(lease(DEFAULT_LEASE, "replica-a"));
     let concurrency = settings.concurrency;
-    let controller_client = match url.split_once(' ') {
-        Some(("url", url)) => client(url, CONTROLLER_AGENT)?,
-        Some(("kubeconfig", path)) => {
-            let text =
-                std::fs::read_to_string(path).map_err(|e| format!("failed to read {path}: {e}"))?;
-            realkube::client_from(&text)
-                .await
-                .map_err(|e| e.to_string())?
-        }
-        _ => return Err(format!("the API server said {url:?}")),
-    };
+    // One controller, or one per shard with its watch filter and its own
+    // Lease, as `--watch-filter` sets them; each with its own User-Agent,
+    // so that the API server's log tells their requests apart.
+    let mut controllers = Vec::new();
+    for k in 0..args.shards {
+        let (agent, settings) = if args.shards > 1 {
+            let filter = WatchFilter::parse(&shard_value(k))?;
+            let mut settings = settings.clone().in_shard(filter.clone());
+            settings.lease = Some(lease(
+                &lease_name(DEFAULT_LEASE, Some(&filter)),
+                &format!("{}-a", shard_value(k)),
+            ));
+            (shard_agent(k), settings)
+        } else {
+            (CONTROLLER_AGENT.to_string(), settings.clone())
+        };
+        controllers.push((controller_client(&url, &agent).await?, settings));
+    }
     let token = CancellationToken::new();
     let cpu_start = cpu_secs();
     let started = Instant::now();
-    let task = tokio::spawn({
-        let (client, settings, token) =
-            (controller_client.clone(), settings.clone(), token.clone());
-        async move { run(client, settings, token).await }
-    });
+    let tasks: Vec<_> = controllers
+        .iter()
+        .map(|(client, settings)| {
+            let (client, settings, token) = (client.clone(), settings.clone(), token.clone());
+            tokio::spawn(async move { run(client, settings, token).await })
+        })
+        .collect();
 
     // Converge.
     let deadline = started + Duration::from_secs(args.timeout_secs);
@@ -772,6 +910,7 @@ async fn measure(args: &Args) -> Result<(), String> {
     let cpu_converge = cpu_secs() - cpu_start;
     let reconciles_converge = reconciles.count();
     let reconciles_by_flavor = reconciles.per_flavor(n);
+    let reconciles_by_reason = reconciles.per_reason(n);
     eprintln!("N={n}: converged in {converge_secs:.2} s; waiting one resync period");
 
     // Steady state: one full resync period plus margin, from a clean log.
@@ -789,34 +928,47 @@ async fn measure(args: &Args) -> Result<(), String> {
     // Hand-over, as in a rolling update: a second replica campaigns, then
     // the leader stops and releases the lease. The new leader starts from
     // nothing (its caches, its workload clients) and must resync every
-    // cluster without a write.
-    let standby_token = CancellationToken::new();
-    let standby = tokio::spawn({
-        let (client, token) = (controller_client.clone(), standby_token.clone());
-        let mut settings = settings.clone();
-        settings.lease = Some(lease("replica-b"));
-        async move { run(client, settings, token).await }
-    });
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    server.ask("clear").await?;
-    reconciles.forget();
-    let handover_started = Instant::now();
-    token.cancel();
-    stopped(n, "the leader", task).await;
-    let handover_deadline = handover_started + Duration::from_secs(args.timeout_secs);
-    while reconciles.distinct() < n && Instant::now() < handover_deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let handover_secs = handover_started.elapsed().as_secs_f64();
-    let handover_resynced = reconciles.distinct();
-    eprintln!(
-        "N={n}: the standby resynced {handover_resynced} of {n} in {handover_secs:.2} s after the leader stopped"
-    );
-    // Writes that trail the last reconciliations.
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let handover = server.stats().await?;
-    standby_token.cancel();
-    stopped(n, "the second replica", standby).await;
+    // cluster without a write. Measured for one controller; shards stop.
+    let (handover_secs, handover_resynced, handover) = match <[_; 1]>::try_from(tasks) {
+        Ok([task]) => {
+            let (client, settings) = &controllers[0];
+            let standby_token = CancellationToken::new();
+            let standby = tokio::spawn({
+                let (client, token) = (client.clone(), standby_token.clone());
+                let mut settings = settings.clone();
+                settings.lease = Some(lease(DEFAULT_LEASE, "replica-b"));
+                async move { run(client, settings, token).await }
+            });
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            server.ask("clear").await?;
+            reconciles.forget();
+            let handover_started = Instant::now();
+            token.cancel();
+            stopped(n, "the leader", task).await;
+            let handover_deadline = handover_started + Duration::from_secs(args.timeout_secs);
+            while reconciles.distinct() < n && Instant::now() < handover_deadline {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let handover_secs = handover_started.elapsed().as_secs_f64();
+            let handover_resynced = reconciles.distinct();
+            eprintln!(
+                "N={n}: the standby resynced {handover_resynced} of {n} in {handover_secs:.2} s after the leader stopped"
+            );
+            // Writes that trail the last reconciliations.
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let handover = server.stats().await?;
+            standby_token.cancel();
+            stopped(n, "the second replica", standby).await;
+            (json!(handover_secs), json!(handover_resynced), handover)
+        }
+        Err(tasks) => {
+            token.cancel();
+            for task in tasks {
+                stopped(n, "a shard", task).await;
+            }
+            (Value::Null, Value::Null, Value::Null)
+        }
+    };
     let memkube_rss = steady["vmhwm_mib"].clone();
     // End the server by closing its input: it then stops the API servers it
     // started (a killed process would leave a real kube-apiserver behind).
@@ -835,6 +987,7 @@ async fn measure(args: &Args) -> Result<(), String> {
         "api": if args.single_api() == ApiKind::Real { "real" } else { "memkube" },
         "n": n,
         "concurrency": concurrency,
+        "shards": args.shards,
         "converged": ready,
         "converge_secs": converge_secs,
         "first_secs": first,
@@ -843,6 +996,7 @@ async fn measure(args: &Args) -> Result<(), String> {
         "converge": converge,
         "reconciles_converge": reconciles_converge,
         "reconciles_by_flavor": reconciles_by_flavor,
+        "reconciles_by_reason": reconciles_by_reason,
         "cpu_converge_secs": cpu_converge,
         "cpu_steady_secs": cpu_steady,
         "steady": steady,
@@ -859,12 +1013,12 @@ async fn measure(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
-/// The lease the bench's replicas campaign for, with the controller's
-/// default timing (`--leader-election-lease-duration` 15 s).
-fn lease(identity: &str) -> LeaseConfig {
+/// Lease `name`, which the bench's replicas campaign for, with the
+/// controller's default timing (`--leader-election-lease-duration` 15 s).
+fn lease(name: &str, identity: &str) -> LeaseConfig {
     let lease_duration = Duration::from_secs(15);
     LeaseConfig {
-        name: DEFAULT_LEASE.into(),
+        name: name.into(),
         namespace: "default".into(),
         identity: identity.into(),
         lease_duration,
@@ -926,15 +1080,16 @@ impl Management {
         }
     }
 
-    fn stats(&self) -> Value {
+    fn stats(&self, shards: usize) -> Value {
         match self {
-            Management::Memkube(api) => stats(&api.request_log()),
+            Management::Memkube(api) => stats(&api.request_log(), shards),
             Management::Real {
                 cluster,
                 log_from,
                 cpu_at_clear,
             } => {
-                // The controller authenticates as the kubeconfig's user.
+                // The controller authenticates as the kubeconfig's user;
+                // its User-Agent tells shards apart.
                 let log: Vec<RequestRecord> = cluster.request_log()[*log_from..]
                     .iter()
                     .filter(|r| r.user == realkube::CLUSTER_ADMIN_USER)
@@ -942,14 +1097,18 @@ impl Management {
                         verb: r.verb.clone(),
                         method: String::new(),
                         path: r.path.clone(),
-                        query: String::new(),
+                        query: r
+                            .uri
+                            .split_once('?')
+                            .map(|(_, q)| q.to_string())
+                            .unwrap_or_default(),
                         field_manager: None,
-                        user_agent: r.user.clone(),
+                        user_agent: r.user_agent.clone(),
                         status: r.status,
                         at: None,
                     })
                     .collect();
-                let mut stats = stats(&log);
+                let mut stats = stats(&log, shards);
                 let (apiserver, etcd) =
                     (self.process_cpu("kube-apiserver"), self.process_cpu("etcd"));
                 stats["apiserver_cpu_secs"] = json!(apiserver);
@@ -1023,7 +1182,14 @@ async fn serve(args: &Args) -> Result<(), String> {
 
     let seeding = Instant::now();
     let namespaces = args.namespaces.max(1);
-    seed(&setup, n, namespaces, args.workload_proxy || args.workloads).await?;
+    seed(
+        &setup,
+        n,
+        namespaces,
+        args.workload_proxy || args.workloads,
+        args.shards,
+    )
+    .await?;
     let rss_before_workloads = rss_kib();
     let workloads = if args.workloads {
         Some(workload_sides(&setup, n, namespaces).await?)
@@ -1095,7 +1261,7 @@ async fn serve(args: &Args) -> Result<(), String> {
                 "ok".to_string()
             }
             "stats" => {
-                let mut stats = management.stats();
+                let mut stats = management.stats(args.shards);
                 stats["rig_kib_per_cluster"] = json!(rig_kib_per_cluster);
                 format!("stats {stats}")
             }
@@ -1272,6 +1438,7 @@ async fn seed(
     n: usize,
     namespaces: usize,
     workload_proxy: bool,
+    shards: usize,
 ) -> Result<(), String> {
     let ns_api: Api<Namespace> = Api::all(client.clone());
     for i in 0..namespaces {
@@ -1298,23 +1465,34 @@ async fn seed(
                 let post = PostParams::default();
                 let clusters: Api<DynamicObject> =
                     Api::namespaced_with(client.clone(), &ns, &cluster_resource);
+                let (mut cluster, mut cpi) = (
+                    cluster(&ns, &name),
+                    cpi(&ns, &name, FLAVORS[i % FLAVORS.len()], workload_proxy),
+                );
+                if shards > 1 {
+                    let labels = json!({WATCH_FILTER_LABEL: shard_value(i % shards)});
+                    cluster["metadata"]["labels"] = labels.clone();
+                    cpi["metadata"]["labels"] = labels;
+                }
                 clusters
-                    .create(&post, &dynamic(cluster(&ns, &name))?)
+                    .create(&post, &dynamic(cluster)?)
                     .await
                     .map_err(|e| format!("failed to create Cluster {ns}/{name}: {e}"))?;
                 let cpis: Api<DynamicObject> = Api::namespaced_with(client, &ns, &cpi_resource);
-                let flavor = FLAVORS[i % FLAVORS.len()];
-                cpis.create(&post, &dynamic(cpi(&ns, &name, flavor, workload_proxy))?)
-                    .await
-                    .map_err(|e| {
-                        format!("failed to create ControlPlaneIngress {ns}/{name}: {e}")
-                    })?;
+                cpis.create(&post, &dynamic(cpi)?).await.map_err(|e| {
+                    format!("failed to create ControlPlaneIngress {ns}/{name}: {e}")
+                })?;
                 Ok::<(), String>(())
             }
         })
         .buffer_unordered(32)
         .try_collect::<()>()
         .await
+}
+
+/// The `--watch-filter` value of shard `k`.
+fn shard_value(k: usize) -> String {
+    format!("shard-{k}")
 }
 
 fn namespace(i: usize) -> String {
@@ -1407,8 +1585,30 @@ fn stuck(cpis: &[Arc<ControlPlaneIngress>]) -> Vec<String> {
 
 /// The controller's requests in `log`: total, writes, by verb and resource,
 /// a few writes verbatim, and memkube's own peak RSS.
-fn stats(log: &[RequestRecord]) -> Value {
+fn stats(log: &[RequestRecord], shards: usize) -> Value {
     let mine: Vec<&RequestRecord> = log.iter().filter(|r| r.user_agent != BENCH_AGENT).collect();
+    // Each shard's requests, and those about one cluster's objects (its
+    // ControlPlaneIngress, Cluster, Secrets, routes, all named after it)
+    // that belong to another shard.
+    let mut by_shard: BTreeMap<String, u64> = BTreeMap::new();
+    let mut foreign = Vec::new();
+    for r in &mine {
+        let Some(k) = r
+            .user_agent
+            .strip_prefix(CONTROLLER_AGENT)
+            .and_then(|rest| rest.strip_prefix("/shard-"))
+            .and_then(|k| k.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        *by_shard.entry(shard_value(k)).or_default() += 1;
+        if tenant_of(&r.path).is_some_and(|i| i % shards.max(1) != k) {
+            foreign.push(format!(
+                "{} {} {} -> {}",
+                r.user_agent, r.verb, r.path, r.status
+            ));
+        }
+    }
     let mut by: BTreeMap<String, u64> = BTreeMap::new();
     for r in &mine {
         *by.entry(format!("{:<9} {}", r.verb, resource_of(&r.path)))
@@ -1439,10 +1639,21 @@ fn stats(log: &[RequestRecord]) -> Value {
         "by": by,
         "write_samples": writes.iter().take(20).map(|r| format!("{} {} -> {}", r.verb, r.path, r.status)).collect::<Vec<_>>(),
         "agents": mine.iter().map(|r| r.user_agent.clone()).collect::<std::collections::BTreeSet<_>>(),
+        "by_shard": by_shard,
+        "foreign": foreign.len(),
+        "foreign_samples": foreign.iter().take(20).collect::<Vec<_>>(),
         "errors": errors,
         "vmhwm_mib": vmhwm_mib(),
         "cpu_secs": cpu_secs(),
     })
+}
+
+/// The cluster index `i` of a path that names one of cluster
+/// `tenant-NNNNN`'s objects.
+fn tenant_of(path: &str) -> Option<usize> {
+    let (_, rest) = path.split_once("tenant-")?;
+    let digits = rest.get(..5)?;
+    digits.parse().ok()
 }
 
 /// Anything but a read (get, list, watch, discovery) counts as a write.
