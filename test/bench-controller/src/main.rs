@@ -561,23 +561,12 @@ impl ReconcileCounter {
 
     /// Reconciliations per cluster of each flavor so far.
     fn per_flavor(&self, n: usize) -> Value {
-        let clusters = (n / FLAVORS.len()).max(1) as f64;
-        let counts = self.by_flavor.lock().expect("flavors");
-        counts
-            .iter()
-            .map(|(flavor, count)| (flavor.to_string(), json!(*count as f64 / clusters)))
-            .collect::<serde_json::Map<_, _>>()
-            .into()
+        per_cluster(&self.by_flavor.lock().expect("flavors"), n / FLAVORS.len())
     }
 
     /// Reconciliations per cluster for each reason so far.
     fn per_reason(&self, n: usize) -> Value {
-        let counts = self.by_reason.lock().expect("reasons");
-        counts
-            .iter()
-            .map(|(reason, count)| (reason.clone(), json!(*count as f64 / n.max(1) as f64)))
-            .collect::<serde_json::Map<_, _>>()
-            .into()
+        per_cluster(&self.by_reason.lock().expect("reasons"), n)
     }
 
     fn forget(&self) {
@@ -585,11 +574,19 @@ impl ReconcileCounter {
     }
 }
 
+/// Each count divided by `clusters`, as a JSON object.
+fn per_cluster<K: ToString>(counts: &BTreeMap<K, u64>, clusters: usize) -> Value {
+    let clusters = clusters.max(1) as f64;
+    counts
+        .iter()
+        .map(|(key, count)| (key.to_string(), json!(*count as f64 / clusters)))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
 /// The flavor of a `ControlPlaneIngress.<version>.hcp-ingress.dev/tenant-NNNNN.<ns>` reference.
 fn flavor_of(object: &str) -> Option<&'static str> {
-    let name = object.split_once("/tenant-")?.1;
-    let i: usize = name.split('.').next()?.parse().ok()?;
-    Some(FLAVORS[i % FLAVORS.len()])
+    tenant_of(object).map(|i| FLAVORS[i % FLAVORS.len()])
 }
 
 /// A span's `object.ref`, when it names a ControlPlaneIngress, and its
@@ -742,6 +739,15 @@ async fn controller_client(said: &str, agent: &str) -> Result<Client, String> {
 /// The `User-Agent` of shard `k`'s controller.
 fn shard_agent(k: usize) -> String {
     format!("{CONTROLLER_AGENT}/{}", shard_value(k))
+}
+
+/// The shard `k` of a [`shard_agent`]`(k)`.
+fn shard_of_agent(agent: &str) -> Option<usize> {
+    agent
+        .strip_prefix(CONTROLLER_AGENT)?
+        .strip_prefix("/shard-")?
+        .parse()
+        .ok()
 }
 
 /// The `serve` child and its line protocol.
@@ -1310,7 +1316,7 @@ async fn workload_sides(client: &Client, n: usize, namespaces: usize) -> Result<
             let client = client.clone();
             let cluster_resource = cluster_resource.clone();
             let ns = namespace(i % namespaces);
-            let name = format!("tenant-{i:05}");
+            let name = tenant(i);
             // HTTPS with the host's CA in the kubeconfig, as CAPI writes it.
             let workload = host.add(&name);
             async move {
@@ -1461,7 +1467,7 @@ async fn seed(
             let (cluster_resource, cpi_resource) = (cluster_resource.clone(), cpi_resource.clone());
             async move {
                 let ns = namespace(i % namespaces);
-                let name = format!("tenant-{i:05}");
+                let name = tenant(i);
                 let post = PostParams::default();
                 let clusters: Api<DynamicObject> =
                     Api::namespaced_with(client.clone(), &ns, &cluster_resource);
@@ -1593,12 +1599,7 @@ fn stats(log: &[RequestRecord], shards: usize) -> Value {
     let mut by_shard: BTreeMap<String, u64> = BTreeMap::new();
     let mut foreign = Vec::new();
     for r in &mine {
-        let Some(k) = r
-            .user_agent
-            .strip_prefix(CONTROLLER_AGENT)
-            .and_then(|rest| rest.strip_prefix("/shard-"))
-            .and_then(|k| k.parse::<usize>().ok())
-        else {
+        let Some(k) = shard_of_agent(&r.user_agent) else {
             continue;
         };
         *by_shard.entry(shard_value(k)).or_default() += 1;
@@ -1648,8 +1649,14 @@ fn stats(log: &[RequestRecord], shards: usize) -> Value {
     })
 }
 
-/// The cluster index `i` of a path that names one of cluster
-/// `tenant-NNNNN`'s objects.
+/// The name of cluster `i` (its Cluster, ControlPlaneIngress and workload
+/// side; its Secrets and routes are named after it).
+fn tenant(i: usize) -> String {
+    format!("tenant-{i:05}")
+}
+
+/// The cluster index `i` of a path or reference that names one of
+/// [`tenant`]`(i)`'s objects.
 fn tenant_of(path: &str) -> Option<usize> {
     let (_, rest) = path.split_once("tenant-")?;
     let digits = rest.get(..5)?;
