@@ -48,23 +48,40 @@ pub enum PkiError {
     Mint(String),
 }
 
-/// A CA certificate, checked, without its key: what tells whether a leaf
-/// was signed by the CA. Loading the key (an RSA key takes about a
-/// millisecond to parse and check) is left to [`CertificateAuthority`], which
-/// only minting needs; most passes find the proxy's certificate valid.
-#[derive(Clone, Debug)]
-pub struct CaCertificate {
+/// A cluster CA able to sign leaves. `Debug` never shows the key.
+pub struct CertificateAuthority {
     cert_pem: String,
-    cert_der: Vec<u8>,
+    pub(super) cert_der: Vec<u8>,
+    issuer: Issuer<'static, KeyPair>,
 }
 
-impl CaCertificate {
-    /// The first certificate of `cert_pem`, which must be a CA.
-    pub fn from_pem(cert_pem: &str) -> Result<Self, PkiError> {
+impl fmt::Debug for CertificateAuthority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CertificateAuthority")
+            .field("cert_pem", &self.cert_pem)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CertificateAuthority {
+    /// Load a CA from the `tls.crt` / `tls.key` of a `<cluster>-ca` Secret.
+    /// The key may be PKCS#8, PKCS#1 (RSA, as kubeadm and k0s write it) or
+    /// SEC1 (EC); it must match the certificate, which must be a CA.
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Self, PkiError> {
         let cert_der = ca_certificate_der(cert_pem)?;
-        Ok(CaCertificate {
-            cert_pem: pem_encode("CERTIFICATE", &cert_der),
+        let (_, cert) =
+            X509Certificate::from_der(&cert_der).expect("checked by ca_certificate_der");
+        let key = load_key(key_pem)?;
+        if key.subject_public_key_info() != cert.public_key().raw {
+            return Err(PkiError::KeyMismatch);
+        }
+        let issuer = Issuer::from_ca_cert_der(&cert_der.clone().into(), key)
+            .map_err(|e| PkiError::CaCertificate(e.to_string()))?;
+        let cert_pem = pem_encode("CERTIFICATE", &cert_der);
+        Ok(CertificateAuthority {
+            cert_pem,
             cert_der,
+            issuer,
         })
     }
 
@@ -79,67 +96,10 @@ impl CaCertificate {
     }
 }
 
-/// A cluster CA able to sign leaves. `Debug` never shows the key.
-pub struct CertificateAuthority {
-    certificate: CaCertificate,
-    issuer: Issuer<'static, KeyPair>,
-}
-
-impl fmt::Debug for CertificateAuthority {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CertificateAuthority")
-            .field("cert_pem", &self.certificate.cert_pem)
-            .finish_non_exhaustive()
-    }
-}
-
-impl CertificateAuthority {
-    /// Load a CA from the `tls.crt` / `tls.key` of a `<cluster>-ca` Secret.
-    /// The key may be PKCS#8, PKCS#1 (RSA, as kubeadm and k0s write it) or
-    /// SEC1 (EC); it must match the certificate, which must be a CA.
-    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Self, PkiError> {
-        let certificate = CaCertificate::from_pem(cert_pem)?;
-        let (_, cert) = X509Certificate::from_der(&certificate.cert_der)
-            .expect("checked by ca_certificate_der");
-        let key = load_key(key_pem)?;
-        if key.subject_public_key_info() != cert.public_key().raw {
-            return Err(PkiError::KeyMismatch);
-        }
-        let issuer = Issuer::from_ca_cert_der(&certificate.cert_der.clone().into(), key)
-            .map_err(|e| PkiError::CaCertificate(e.to_string()))?;
-        Ok(CertificateAuthority {
-            certificate,
-            issuer,
-        })
-    }
-
-    /// The CA certificate (first certificate of the input, re-encoded), for `ca.crt`.
-    pub fn cert_pem(&self) -> &str {
-        self.certificate.cert_pem()
-    }
-
-    /// The CA certificate, DER.
-    pub fn cert_der(&self) -> &[u8] {
-        self.certificate.cert_der()
-    }
-}
-
-impl AsRef<CaCertificate> for CertificateAuthority {
-    fn as_ref(&self) -> &CaCertificate {
-        &self.certificate
-    }
-}
-
-impl AsRef<CaCertificate> for CaCertificate {
-    fn as_ref(&self) -> &CaCertificate {
-        self
-    }
-}
-
 /// Check a CA certificate without its key (the proxy only verifies with it)
 /// and return its first certificate, PEM.
 pub fn ca_certificate_pem(cert_pem: &str) -> Result<String, PkiError> {
-    CaCertificate::from_pem(cert_pem).map(|ca| ca.cert_pem)
+    Ok(pem_encode("CERTIFICATE", &ca_certificate_der(cert_pem)?))
 }
 
 fn ca_certificate_der(cert_pem: &str) -> Result<Vec<u8>, PkiError> {

@@ -7,7 +7,7 @@ use std::{fmt, time::SystemTime};
 use x509_parser::{certificate::X509Certificate, prelude::FromDer};
 
 use super::ca::{
-    CaCertificate, LeafSpec, cert_sans, first_certificate, from_unix, renew_at, rfc3339,
+    CertificateAuthority, LeafSpec, cert_sans, first_certificate, from_unix, renew_at, rfc3339,
 };
 
 /// Whether a certificate can stay, and until when.
@@ -87,13 +87,12 @@ impl fmt::Display for RenewReason {
 }
 
 /// Decide whether `cert_pem` (the `tls.crt` in the workload cluster) can stay:
-/// it must parse, be signed by `ca` (its certificate: the key is not
-/// needed), carry exactly the SANs of `spec`, and be less than two thirds
-/// into its life at `now`. `spec.now` is not used.
+/// it must parse, be signed by `ca`, carry exactly the SANs of `spec`, and be
+/// less than two thirds into its life at `now`. `spec.now` is not used.
 pub fn renewal_due(
     cert_pem: &str,
     now: SystemTime,
-    ca: &impl AsRef<CaCertificate>,
+    ca: &CertificateAuthority,
     spec: &LeafSpec,
 ) -> Renewal {
     let der = match first_certificate(cert_pem) {
@@ -104,8 +103,8 @@ pub fn renewal_due(
         Ok((_, cert)) => cert,
         Err(e) => return Renewal::Due(RenewReason::Unparsable(format!("not X.509: {e}"))),
     };
-    let (_, ca_cert) = X509Certificate::from_der(ca.as_ref().cert_der())
-        .expect("the CA parsed when it was loaded");
+    let (_, ca_cert) =
+        X509Certificate::from_der(&ca.cert_der).expect("the CA parsed when it was loaded");
     let signed_by_ca = cert.issuer().as_raw() == ca_cert.subject().as_raw()
         && cert.verify_signature(Some(ca_cert.public_key())).is_ok();
     if !signed_by_ca {

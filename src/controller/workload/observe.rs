@@ -170,15 +170,10 @@ async fn credentials(
         Ok(ca) => ca,
         Err(message) => return Ok(Err(message)),
     };
-    let certificate = match tls::proxy_certificate(cpi, live_secret, inputs, &ca, SystemTime::now())
-    {
-        Ok(certificate) => certificate,
-        Err(tls::Failure::Ca(message)) => return Ok(Err(message)),
-        Err(tls::Failure::Mint(unreachable)) => return Err(unreachable),
-    };
+    let certificate = tls::proxy_certificate(cpi, live_secret, inputs, &ca, SystemTime::now())?;
     let (tls, renew_in) = certificate.map_or((None, None), |(tls, renew)| (Some(tls), renew));
     Ok(Ok(Credentials {
-        ca_cert_pem: ca.certificate.cert_pem().to_string(),
+        ca_cert_pem: ca.cert_pem().to_string(),
         tls,
         renew_in,
     }))

@@ -1,8 +1,6 @@
 //! The proxy's TLS: the cluster CA from `<cluster>-ca` in the management
 //! cluster, and the proxy's own short-lived certificate minted from it (the
-//! API server's key is never read). The CA's key is parsed only to mint:
-//! a pass that finds the proxy's certificate valid needs the CA's
-//! certificate alone.
+//! API server's key is never read).
 
 use std::time::{Duration, SystemTime};
 
@@ -13,46 +11,15 @@ use super::failure::Unreachable;
 use crate::{
     api::ControlPlaneIngress,
     controller::{context::Context, redact},
-    pki::{self, CaCertificate, CertificateAuthority, Renewal},
+    pki::{self, CertificateAuthority, Renewal},
     render::workload::{self, ProxyTls, WorkloadInputs},
 };
-
-/// The cluster CA as read from its Secret: the certificate checked, the key
-/// kept as text until a certificate must be minted. No `Debug`: it holds the key.
-pub(super) struct ClusterCa {
-    /// The CA certificate (a CA, X.509).
-    pub certificate: CaCertificate,
-    key_pem: String,
-    /// `<namespace>/<name>` of the Secret, for messages.
-    secret: String,
-}
-
-/// Why the proxy has no certificate.
-pub(super) enum Failure {
-    /// The cluster CA cannot sign (its key): reported, nothing is written.
-    Ca(String),
-    /// Minting failed.
-    Mint(Unreachable),
-}
-
-impl ClusterCa {
-    /// The CA able to sign: the key parsed and matched to the certificate.
-    fn authority(&self) -> Result<CertificateAuthority, String> {
-        CertificateAuthority::from_pem(self.certificate.cert_pem(), &self.key_pem).map_err(|e| {
-            format!(
-                "Secret {}: {}",
-                self.secret,
-                redact::scrub(&e.to_string(), &self.key_pem)
-            )
-        })
-    }
-}
 
 /// The cluster CA from Secret `<cluster>-ca` in the management cluster.
 pub(super) async fn cluster_ca(
     ctx: &Context,
     cpi: &ControlPlaneIngress,
-) -> Result<ClusterCa, String> {
+) -> Result<CertificateAuthority, String> {
     let namespace = cpi.namespace().unwrap_or_default();
     let name = format!("{}-ca", cpi.spec.cluster_name);
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -67,19 +34,12 @@ pub(super) async fn cluster_ca(
             .and_then(|b| String::from_utf8(b.0.clone()).ok())
             .ok_or_else(|| format!("Secret {namespace}/{name} has no {key}"))
     };
-    let key_pem = field("tls.key")?;
-    // Scrubbed all the same: a key pasted where the certificate belongs
-    // must not reach a condition.
-    let certificate = CaCertificate::from_pem(&field("tls.crt")?).map_err(|e| {
+    let key = field("tls.key")?;
+    CertificateAuthority::from_pem(&field("tls.crt")?, &key).map_err(|e| {
         format!(
             "Secret {namespace}/{name}: {}",
-            redact::scrub(&e.to_string(), &key_pem)
+            redact::scrub(&e.to_string(), &key)
         )
-    })?;
-    Ok(ClusterCa {
-        certificate,
-        key_pem,
-        secret: format!("{namespace}/{name}"),
     })
 }
 
@@ -91,9 +51,9 @@ pub(super) fn proxy_certificate(
     cpi: &ControlPlaneIngress,
     live_secret: Option<&DynamicObject>,
     inputs: &WorkloadInputs,
-    ca: &ClusterCa,
+    ca: &CertificateAuthority,
     now: SystemTime,
-) -> Result<Option<(ProxyTls, Option<Duration>)>, Failure> {
+) -> Result<Option<(ProxyTls, Option<Duration>)>, Unreachable> {
     let Some(leaf_spec) = workload::proxy_leaf_spec(cpi, inputs, now) else {
         return Ok(None);
     };
@@ -110,7 +70,7 @@ pub(super) fn proxy_certificate(
         });
     let renewal = live_tls
         .as_ref()
-        .map(|t| pki::renewal_due(&t.cert_pem, leaf_spec.now, &ca.certificate, &leaf_spec))
+        .map(|t| pki::renewal_due(&t.cert_pem, leaf_spec.now, ca, &leaf_spec))
         .unwrap_or(Renewal::Due(pki::RenewReason::Unparsable(
             "no certificate yet".into(),
         )));
@@ -120,12 +80,9 @@ pub(super) fn proxy_certificate(
             (tls, renew_in)
         }
         (due, _) => {
-            let authority = ca.authority().map_err(Failure::Ca)?;
-            let leaf = pki::mint_leaf(&authority, &leaf_spec).map_err(|e| {
-                Failure::Mint(Unreachable {
-                    reason: "CertificateMintFailed",
-                    message: format!("failed to mint the proxy certificate: {e}"),
-                })
+            let leaf = pki::mint_leaf(ca, &leaf_spec).map_err(|e| Unreachable {
+                reason: "CertificateMintFailed",
+                message: format!("failed to mint the proxy certificate: {e}"),
             })?;
             if let Renewal::Due(reason) = due {
                 tracing::info!(object = %crate::render::describe(cpi), %reason, "minting the proxy certificate");
@@ -136,6 +93,3 @@ pub(super) fn proxy_certificate(
     };
     Ok(Some(certificate))
 }
-
-#[cfg(test)]
-mod tests;
