@@ -70,9 +70,7 @@ pub(super) async fn conditions(
         ),
     );
     let covers = match ca_certificate(ctx, cpi).await {
-        Err(message) => {
-            Desired::unknown(types::CERTIFICATE_COVERS_HOSTS, "CANotAvailable", message)
-        }
+        Err(unknown) => unknown,
         Ok(ca) => match chains
             .iter()
             .map(|(host, _, chain)| probe::covers(chain, host, &ca))
@@ -83,30 +81,37 @@ pub(super) async fn conditions(
                 "Verified",
                 "the served certificates name every host and chain to the cluster CA",
             ),
-            Some(message) => Desired::failed(
+            Some(not_covered) => Desired::failed(
                 types::CERTIFICATE_COVERS_HOSTS,
                 "CertificateMismatch",
-                message,
+                not_covered.to_string(),
             ),
         },
     };
     vec![reachable, covers]
 }
 
-/// `tls.crt` of Secret `<cluster>-ca` (CAPI's cluster CA). Only the certificate is read.
-async fn ca_certificate(ctx: &Context, cpi: &ControlPlaneIngress) -> Result<Vec<u8>, String> {
+/// `tls.crt` of Secret `<cluster>-ca` (CAPI's cluster CA), or the
+/// CertificateCoversHosts condition that says why it is not available. Only
+/// the certificate is read.
+async fn ca_certificate(ctx: &Context, cpi: &ControlPlaneIngress) -> Result<Vec<u8>, Desired> {
     let namespace = cpi.namespace().unwrap_or_default();
     let name = format!("{}-ca", cpi.spec.cluster_name);
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    let unavailable = |message: String| {
+        Desired::unknown(types::CERTIFICATE_COVERS_HOSTS, "CANotAvailable", message)
+    };
     match api.get_opt(&name).await {
         Ok(Some(secret)) => secret
             .data
             .and_then(|mut d| d.remove("tls.crt"))
             .map(|b| b.0)
-            .ok_or_else(|| format!("Secret {namespace}/{name} has no tls.crt")),
-        Ok(None) => Err(format!(
+            .ok_or_else(|| unavailable(format!("Secret {namespace}/{name} has no tls.crt"))),
+        Ok(None) => Err(unavailable(format!(
             "Secret {namespace}/{name} not found: cannot check the served certificate"
-        )),
-        Err(e) => Err(format!("failed to read Secret {namespace}/{name}: {e}")),
+        ))),
+        Err(e) => Err(unavailable(format!(
+            "failed to read Secret {namespace}/{name}: {e}"
+        ))),
     }
 }

@@ -34,7 +34,8 @@ pub use metrics::Metrics;
 pub use reconcile::PAUSED_ANNOTATION;
 pub use run::run;
 pub use settings::{
-    ControllerArgs, DEFAULT_LEASE, Settings, Tuning, WATCH_FILTER_LABEL, WatchFilter, lease_name,
+    ControllerArgs, DEFAULT_LEASE, Settings, SettingsError, Tuning, WATCH_FILTER_LABEL,
+    WatchFilter, lease_name,
 };
 pub(crate) use workload::find_ccm_workloads;
 
@@ -95,7 +96,7 @@ mod tests {
             ]
         );
         assert!(parse(&["none"]).unwrap().is_empty());
-        let unknown = parse(&["kamajii"]).unwrap_err();
+        let unknown = parse(&["kamajii"]).unwrap_err().to_string();
         assert!(unknown.contains("\"kamajii\""), "{unknown}");
     }
 

@@ -127,30 +127,49 @@ async fn handshake_one(
     Ok(chain)
 }
 
+/// Why a served certificate does not check out against the cluster CA,
+/// in words (CertificateCoversHosts' message).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NotCovered(String);
+
 /// Does `chain` name `host` and chain to one of the CA certificates in `ca_pem`?
-pub fn covers(chain: &[CertificateDer<'static>], host: &str, ca_pem: &[u8]) -> Result<(), String> {
+pub fn covers(
+    chain: &[CertificateDer<'static>],
+    host: &str,
+    ca_pem: &[u8],
+) -> Result<(), NotCovered> {
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca_pem) {
-        let cert = cert.map_err(|e| format!("failed to read the cluster CA certificate: {e}"))?;
+        let cert = cert
+            .map_err(|e| NotCovered(format!("failed to read the cluster CA certificate: {e}")))?;
         roots
             .add(cert)
-            .map_err(|e| format!("failed to use the cluster CA certificate: {e}"))?;
+            .map_err(|e| NotCovered(format!("failed to use the cluster CA certificate: {e}")))?;
     }
     if roots.is_empty() {
-        return Err("the cluster CA Secret holds no certificate in tls.crt".into());
+        return Err(NotCovered(
+            "the cluster CA Secret holds no certificate in tls.crt".into(),
+        ));
     }
     let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
         .build()
-        .map_err(|e| format!("failed to build a verifier from the cluster CA: {e}"))?;
+        .map_err(|e| {
+            NotCovered(format!(
+                "failed to build a verifier from the cluster CA: {e}"
+            ))
+        })?;
     let (leaf, intermediates) = chain
         .split_first()
-        .ok_or("the ingress served no certificate")?;
-    let name = ServerName::try_from(host.to_string()).map_err(|e| e.to_string())?;
+        .ok_or_else(|| NotCovered("the ingress served no certificate".into()))?;
+    let name = ServerName::try_from(host.to_string()).map_err(|e| NotCovered(e.to_string()))?;
     verifier
         .verify_server_cert(leaf, intermediates, &name, &[], UnixTime::now())
         .map(drop)
         .map_err(|e| {
-            format!("the certificate served for {host} does not verify against the cluster CA: {e}")
+            NotCovered(format!(
+                "the certificate served for {host} does not verify against the cluster CA: {e}"
+            ))
         })
 }
 

@@ -230,7 +230,10 @@ async fn cleanup(cpi: &ControlPlaneIngress, ctx: &Context) -> Result<(Action, bo
             .await;
         return Ok((Action::await_change(), true));
     }
-    match workload::cleanup(ctx, cpi).await.map_err(Error::Cleanup)? {
+    match workload::cleanup(ctx, cpi)
+        .await
+        .map_err(|e| Error::Cleanup(e.to_string()))?
+    {
         workload::Removal::Removed(note) => {
             ctx.event(cpi, EventType::Normal, "WorkloadCleanedUp", "Delete", note)
                 .await;

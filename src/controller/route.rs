@@ -16,7 +16,7 @@ use super::{
     apply,
     context::Context,
     error::Error,
-    status::{Desired, types},
+    status::{Desired, Status, types},
 };
 use crate::{
     api::{ControlPlaneIngress, UpstreamObject},
@@ -125,7 +125,8 @@ pub(super) async fn apply(
     if kind == RouteKind::TlsRoute && upstream.is_none() {
         let namespace = cpi.namespace().unwrap_or_default();
         let verdict = gateway_verdict(&namespace, &stored, &applied);
-        if verdict.reason == "RouteNotAccepted" {
+        // Refused by a Gateway's controller: the only verdict that fails.
+        if verdict.status == Status::False {
             ctx.event(
                 cpi,
                 EventType::Warning,

@@ -111,9 +111,30 @@ pub struct Settings {
     pub rediscover: Duration,
 }
 
+/// A flag value the controller cannot start with; the message names the flag.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum SettingsError {
+    /// `--sources` names a source that does not exist.
+    #[error("--sources: unknown source {name:?}: use all, none or any of {known}")]
+    UnknownSource {
+        /// The value given.
+        name: String,
+        /// The sources that exist, comma-separated.
+        known: String,
+    },
+    /// `--watch-filter` is neither a label value nor a readable selector.
+    #[error("--watch-filter {value:?}: {requirement:?} names no label key")]
+    WatchFilter {
+        /// The value given.
+        value: String,
+        /// Its requirement without a key.
+        requirement: String,
+    },
+}
+
 impl Settings {
     /// Settings from command-line flags; an error names the bad flag value.
-    pub fn from_args(args: &ControllerArgs) -> Result<Settings, String> {
+    pub fn from_args(args: &ControllerArgs) -> Result<Settings, SettingsError> {
         let sources = parse_sources(&args.sources)?;
         let identity = std::env::var("POD_NAME")
             .or_else(|_| std::env::var("HOSTNAME"))
@@ -207,7 +228,7 @@ impl WatchFilter {
     /// A filter from `--watch-filter`: a label value is Cluster API's form
     /// (`cluster.x-k8s.io/watch-filter=<value>`); anything else is a label
     /// selector, whose keys must be readable.
-    pub fn parse(value: &str) -> Result<WatchFilter, String> {
+    pub fn parse(value: &str) -> Result<WatchFilter, SettingsError> {
         let value = value.trim();
         if is_label_value(value) {
             return Ok(WatchFilter {
@@ -216,8 +237,7 @@ impl WatchFilter {
                 name: shard_name(value),
             });
         }
-        let keys =
-            selector_keys(value).map_err(|why| format!("--watch-filter {value:?}: {why}"))?;
+        let keys = selector_keys(value)?;
         Ok(WatchFilter {
             selector: value.to_string(),
             keys,
@@ -251,7 +271,7 @@ fn is_label_value(value: &str) -> bool {
 /// The label keys of a selector's requirements (`k=v`, `k!=v`, `k in (..)`,
 /// `k notin (..)`, `k`, `!k`), in order; an error for a requirement that
 /// names none.
-fn selector_keys(selector: &str) -> Result<Vec<String>, String> {
+fn selector_keys(selector: &str) -> Result<Vec<String>, SettingsError> {
     let mut keys: Vec<String> = Vec::new();
     let mut depth = 0usize;
     let mut requirements = vec![String::new()];
@@ -274,7 +294,10 @@ fn selector_keys(selector: &str) -> Result<Vec<String>, String> {
             .take_while(|c| c.is_ascii_alphanumeric() || "-_./".contains(*c))
             .collect();
         if key.is_empty() {
-            return Err(format!("{:?} names no label key", requirement.trim()));
+            return Err(SettingsError::WatchFilter {
+                value: selector.to_string(),
+                requirement: requirement.trim().to_string(),
+            });
         }
         if !keys.contains(&key) {
             keys.push(key);
@@ -313,7 +336,7 @@ pub fn watch_namespace(value: &str) -> Option<String> {
 }
 
 /// `--sources` values to kinds.
-pub fn parse_sources(values: &[String]) -> Result<Vec<SourceKind>, String> {
+pub fn parse_sources(values: &[String]) -> Result<Vec<SourceKind>, SettingsError> {
     let mut kinds: Vec<SourceKind> = Vec::new();
     for value in values.iter().map(|v| v.trim()).filter(|v| !v.is_empty()) {
         let named = match value {
@@ -325,10 +348,10 @@ pub fn parse_sources(values: &[String]) -> Result<Vec<SourceKind>, String> {
                     .find(|k| k.flag_name() == name)
                     .ok_or_else(|| {
                         let known: Vec<_> = SourceKind::ALL.iter().map(|k| k.flag_name()).collect();
-                        format!(
-                            "--sources: unknown source {name:?}: use all, none or any of {}",
-                            known.join(", ")
-                        )
+                        SettingsError::UnknownSource {
+                            name: name.to_string(),
+                            known: known.join(", "),
+                        }
                     })?,
             ],
         };
@@ -347,10 +370,11 @@ mod tests {
     use std::time::Duration;
 
     use super::{
-        ControllerArgs, DEFAULT_LEASE, Settings, WatchFilter, lease_name, watch_namespace,
+        ControllerArgs, DEFAULT_LEASE, Settings, SettingsError, WatchFilter, lease_name,
+        watch_namespace,
     };
 
-    fn settings_from(argv: &[&str]) -> Result<Settings, String> {
+    fn settings_from(argv: &[&str]) -> Result<Settings, SettingsError> {
         use clap::Parser;
         #[derive(Parser)]
         struct Cli {
@@ -384,7 +408,9 @@ mod tests {
             "hcp-ingress.dev/shard in (a, b),!legacy,tier=gold"
         );
         assert_eq!(filter.keys, ["hcp-ingress.dev/shard", "legacy", "tier"]);
-        let error = settings_from(&["--watch-filter", "a=b,=c"]).unwrap_err();
+        let error = settings_from(&["--watch-filter", "a=b,=c"])
+            .unwrap_err()
+            .to_string();
         assert!(
             error.contains("--watch-filter") && error.contains("\"=c\" names no label key"),
             "{error}"

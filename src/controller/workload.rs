@@ -12,10 +12,11 @@ mod ccm;
 mod cleanup;
 pub(super) mod client;
 mod decide;
-mod failure;
+mod error;
 mod observe;
 mod outcome;
 mod plan;
+mod read;
 mod steering;
 mod tls;
 mod upstream;
@@ -23,7 +24,7 @@ mod upstream;
 pub(crate) use ccm::find_ccm_workloads;
 
 pub use cleanup::{Removal, cleanup};
-use failure::Unreachable;
+pub use error::WorkloadError;
 pub use outcome::{Outcome, control_plane_initialized};
 use outcome::{not_initialized, unreachable, workload_key};
 
@@ -124,11 +125,11 @@ async fn opt_out(ctx: &Context, cpi: &ControlPlaneIngress) -> Outcome {
             proxy: installed,
             requeue: Some(ctx.settings.retry * 10),
         },
-        Err(message) => Outcome {
+        Err(failed) => Outcome {
             conditions: vec![Desired::failed(
                 types::ENDPOINTS_STEERED,
                 "RestoreFailed",
-                message,
+                failed.to_string(),
             )],
             proxy: installed,
             requeue: Some(ctx.backoff.next(&workload_key(cpi))),
@@ -143,7 +144,7 @@ async fn install(
     cpi: &ControlPlaneIngress,
     cluster: Option<&DynamicObject>,
     client: &Client,
-) -> Result<Outcome, Unreachable> {
+) -> Result<Outcome, WorkloadError> {
     let spec = workload::proxy_spec(cpi);
     let base = WorkloadInputs {
         image: if spec.image.is_empty() {
@@ -163,48 +164,27 @@ async fn install(
         retry: ctx.settings.retry,
         now: steering::unix_now(),
     };
-    let plan = decide::decide(&given, &facts);
-    if let Some(why) = plan.unreachable {
-        return Err(why);
-    }
+    let plan = decide::decide(&given, &facts)?;
     let acted = act::act(ctx, client, &plan).await?;
     Ok(report(ctx, cpi, &facts, plan, acted).await)
 }
 
-/// The outcome of a plan acted on: a failed switch replaces
-/// EndpointsSteered; else the switch, a rewrite seen and the take-over's
-/// Events are told.
+/// Report a plan acted on: the conditions `decide::reported` gives, and
+/// the log lines, Events and drift memory that go with them.
 async fn report(
     ctx: &Context,
     cpi: &ControlPlaneIngress,
     facts: &observe::Facts,
     plan: plan::Plan,
-    acted: act::Acted,
+    acted: plan::Acted,
 ) -> Outcome {
     let object = crate::render::describe(cpi);
     if let Some(tls) = facts.credentials.as_ref().ok().and_then(|c| c.tls.as_ref()) {
         ctx.metrics.proxy_certificate(cpi, &tls.cert_pem);
     }
-    let mut conditions = plan.conditions;
-    let mut requeue = plan.requeue;
-    if let (Some(failed), Some(switch)) = (acted.switch_failed, &plan.switch) {
-        tracing::warn!(%object, reason = failed.reason, message = %failed.message, "steering switch failed");
-        let (from, to) = (switch.from, switch.to);
-        let failed = Desired::failed(
-            types::ENDPOINTS_STEERED,
-            "SteeringSwitchFailed",
-            format!(
-                "cannot switch steering from {from:?} to {to:?}, {from:?} still steers: {}",
-                failed.message
-            ),
-        );
-        conditions.retain(|c| c.type_ != types::ENDPOINTS_STEERED);
-        let at = conditions
-            .iter()
-            .position(|c| c.type_ == types::PROXY_READY)
-            .unwrap_or(conditions.len());
-        conditions.insert(at, failed);
-        requeue = Some(ctx.settings.retry);
+    let (conditions, requeue) = decide::reported(&plan, &acted, ctx.settings.retry);
+    if let Some(failed) = &acted.switch_failed {
+        tracing::warn!(%object, reason = failed.reason(), message = %failed, "steering switch failed");
     } else {
         if let Some(summary) = &plan.switched {
             tracing::info!(%object, %summary, "steering switched");

@@ -1,52 +1,51 @@
-//! Act: make a plan's writes in the workload cluster, in order. The first
-//! that fails stops the reconcile, except inside a steering switch: a
+//! Act: make a plan's writes in the workload cluster, phase by phase. The
+//! first that fails stops the reconcile, except inside a steering switch: a
 //! failed switch leaves the old mode steering, and the CCM override still runs.
 
+use k8s_openapi::api::{
+    apps::v1::DaemonSet,
+    core::v1::{ConfigMap, Secret},
+};
 use kube::{
     Api, Client, ResourceExt,
     api::{DynamicObject, Patch},
 };
 
 use super::{
-    cleanup,
-    failure::{Unreachable, apply_failed, resource_of},
-    plan::{Plan, Step},
-    steering::write_record,
+    error::{WorkloadError, resource_of},
+    plan::{Acted, Plan, Step},
+    read::get,
+    steering::{self, write_record},
 };
-use crate::controller::{apply, context::Context};
+use crate::{
+    api::{MANAGED_BY_LABEL, MANAGER, Steering},
+    controller::{apply, context::Context},
+    render::workload,
+};
 
-/// What acting on a plan came to, when it got to the end.
-pub(super) struct Acted {
-    /// The switch's step that failed, and why: the rest of the switch and
-    /// of the steering was skipped.
-    pub switch_failed: Option<Unreachable>,
-}
-
-/// Make the writes of `plan`, in order.
-pub(super) async fn act(ctx: &Context, client: &Client, plan: &Plan) -> Result<Acted, Unreachable> {
-    let mut switch_failed = None;
-    let mut next = 0;
-    while let Some(step) = plan.steps.get(next) {
-        match run(ctx, client, step).await {
-            Ok(()) => next += 1,
-            Err(failed) => match &plan.switch {
-                Some(switch) if switch.steps.contains(&next) => {
-                    switch_failed = Some(failed);
-                    next = plan.ccm_from;
-                }
-                _ => return Err(failed),
-            },
-        }
+/// Make the writes of `plan`, phase by phase.
+pub(super) async fn act(
+    ctx: &Context,
+    client: &Client,
+    plan: &Plan,
+) -> Result<Acted, WorkloadError> {
+    run_all(ctx, client, &plan.prepare).await?;
+    let switch_failed = match &plan.switch {
+        Some(switch) => run_all(ctx, client, &switch.steps).await.err(),
+        None => None,
+    };
+    // A failed switch leaves the old mode steering: nothing is steered
+    // on top of a hand-over that did not happen.
+    if switch_failed.is_none() {
+        run_all(ctx, client, &plan.steer).await?;
     }
+    run_all(ctx, client, &plan.ccm).await?;
+    run_all(ctx, client, &plan.remove).await?;
     Ok(Acted { switch_failed })
 }
 
 /// Make every write of `steps`, in order; the first failure stops them.
-pub(super) async fn run_all(
-    ctx: &Context,
-    client: &Client,
-    steps: &[Step],
-) -> Result<(), Unreachable> {
+async fn run_all(ctx: &Context, client: &Client, steps: &[Step]) -> Result<(), WorkloadError> {
     for step in steps {
         run(ctx, client, step).await?;
     }
@@ -54,24 +53,24 @@ pub(super) async fn run_all(
 }
 
 /// Make one write.
-async fn run(ctx: &Context, client: &Client, step: &Step) -> Result<(), Unreachable> {
+async fn run(ctx: &Context, client: &Client, step: &Step) -> Result<(), WorkloadError> {
     match step {
         Step::Record(record) => write_record(ctx, client, record).await,
         Step::Apply { object, live } => {
             apply::apply(ctx, &api_of(client, object), object.clone(), live.as_ref())
                 .await
                 .map(drop)
-                .map_err(apply_failed)
+                .map_err(WorkloadError::from)
         }
         Step::ApplyFields { object, live } => {
             apply::apply_fields(ctx, &api_of(client, object), object.clone(), live.as_ref())
                 .await
                 .map(drop)
-                .map_err(apply_failed)
+                .map_err(WorkloadError::from)
         }
         Step::Force(object) => apply::force_fields(ctx, &api_of(client, object), object.clone())
             .await
-            .map_err(apply_failed),
+            .map_err(WorkloadError::from),
         Step::PatchService(patch) => {
             let services: Api<DynamicObject> = Api::namespaced_with(
                 client.clone(),
@@ -81,19 +80,38 @@ async fn run(ctx: &Context, client: &Client, step: &Step) -> Result<(), Unreacha
             let patch = Patch::Merge(patch.clone());
             apply::patch_fields(ctx, &services, "Service", "kubernetes", &patch)
                 .await
-                .map_err(apply_failed)
+                .map_err(WorkloadError::from)
         }
         Step::Delete(object) => apply::delete(ctx, &api_of(client, object), object)
             .await
-            .map_err(apply_failed),
-        Step::RemoveProxy(mode) => cleanup::remove_proxy_of(ctx, client, *mode)
-            .await
-            .map(drop)
-            .map_err(|message| Unreachable {
-                reason: "ApplyFailed",
-                message,
-            }),
+            .map_err(WorkloadError::from),
+        Step::AwaitOtherSlice => steering::await_other_slice(client).await,
+        Step::RemoveProxy(mode) => remove_proxy_of(ctx, client, *mode).await,
     }
+}
+
+/// Remove the proxy of a steering mode (its DaemonSet, Secret and
+/// ConfigMap, in its namespace), where they are ours: after a switch.
+async fn remove_proxy_of(
+    ctx: &Context,
+    client: &Client,
+    mode: Steering,
+) -> Result<(), WorkloadError> {
+    let namespace = workload::proxy_namespace(mode);
+    let objects = [
+        get::<DaemonSet>(client, namespace, workload::NAME).await?,
+        get::<Secret>(client, namespace, workload::NAME).await?,
+        get::<ConfigMap>(client, namespace, workload::NAME).await?,
+    ];
+    // Only objects we created carry our labels.
+    for object in objects
+        .into_iter()
+        .flatten()
+        .filter(|o| o.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGER))
+    {
+        apply::delete(ctx, &api_of(client, &object), &object).await?;
+    }
+    Ok(())
 }
 
 /// The API of an object's kind, in its namespace.

@@ -7,16 +7,12 @@ use std::collections::HashMap;
 use kube::{Api, Client, ResourceExt, api::DynamicObject};
 
 use super::{
-    failure::{Unreachable, api_error, apply_failed},
+    error::{WorkloadError, api_error},
     plan::Step,
 };
 use crate::{
     api::ControlPlaneIngress,
-    controller::{
-        apply,
-        context::Context,
-        status::{Desired, types},
-    },
+    controller::status::{Desired, types},
     render::workload::{self as ccm, OverrideTarget},
 };
 
@@ -122,7 +118,7 @@ pub(super) struct CcmFacts {
 pub(super) async fn observe(
     client: &Client,
     cpi: &ControlPlaneIngress,
-) -> Result<CcmFacts, Unreachable> {
+) -> Result<CcmFacts, WorkloadError> {
     if ccm::ccm_targets(cpi).is_empty() {
         return Ok(CcmFacts::default());
     }
@@ -211,11 +207,11 @@ pub(super) fn plan(cpi: &ControlPlaneIngress, facts: &CcmFacts) -> (Vec<Step>, D
     }
     if spec.konnectivity_agent {
         match konnectivity_agent(cpi, facts.konnectivity_agent.as_ref()) {
-            Ok((step, done)) => {
-                steps.push(step);
+            AgentOverride::Patch { step, done } => {
+                steps.push(*step);
                 patched.push(done);
             }
-            Err(problem) => missing.push(problem),
+            AgentOverride::Missing(what) => missing.push(what),
         }
     }
     (steps, configured(cpi, &missing, &patched, &left))
@@ -267,15 +263,22 @@ fn configured(
     }
 }
 
+/// What pointing konnectivity-agent at the ingress comes to.
+enum AgentOverride {
+    /// The write, and what it does in words.
+    Patch { step: Box<Step>, done: String },
+    /// What is missing for it, in words.
+    Missing(String),
+}
+
 /// Point konnectivity-agent at `ingress.konnectivityHost:port`
-/// (`--proxy-server-host/port`): the write and what it does, or what is missing.
-fn konnectivity_agent(
-    cpi: &ControlPlaneIngress,
-    live: Option<&DynamicObject>,
-) -> Result<(Step, String), String> {
+/// (`--proxy-server-host/port`).
+fn konnectivity_agent(cpi: &ControlPlaneIngress, live: Option<&DynamicObject>) -> AgentOverride {
     let agent = ccm::KONNECTIVITY_AGENT;
     let Some((host, port)) = ccm::konnectivity_server(cpi) else {
-        return Err("spec.ccm.konnectivityAgent needs spec.ingress.konnectivityHost".into());
+        return AgentOverride::Missing(
+            "spec.ccm.konnectivityAgent needs spec.ingress.konnectivityHost".into(),
+        );
     };
     let what = format!(
         "{} {}/{}",
@@ -284,10 +287,10 @@ fn konnectivity_agent(
         agent.name
     );
     let Some(live) = live else {
-        return Err(what);
+        return AgentOverride::Missing(what);
     };
     let Some(container) = live.data.pointer("/spec/template/spec/containers/0") else {
-        return Err(format!("{what} has no container"));
+        return AgentOverride::Missing(format!("{what} has no container"));
     };
     let name = container["name"].as_str().unwrap_or_default().to_string();
     let current: Vec<String> = container["args"]
@@ -313,10 +316,10 @@ fn konnectivity_agent(
         object,
         live: Some(live.clone()),
     };
-    Ok((
-        step,
-        format!("{what} (--proxy-server-host={host} --proxy-server-port={port})"),
-    ))
+    AgentOverride::Patch {
+        step: Box::new(step),
+        done: format!("{what} (--proxy-server-host={host} --proxy-server-port={port})"),
+    }
 }
 
 fn describe(target: &OverrideTarget) -> String {
@@ -339,51 +342,4 @@ fn container_names(workload: &DynamicObject) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// Give back every Deployment and DaemonSet we patched (CCM env,
-/// konnectivity-agent args) in the namespaces `spec.ccm` can name: found by
-/// our field manager, so a target renamed or unselected since is not missed.
-/// Returns what was given back.
-pub(super) async fn release_patched_workloads(
-    ctx: &Context,
-    cpi: &ControlPlaneIngress,
-    client: &Client,
-) -> Result<Vec<String>, Unreachable> {
-    let mut namespaces: Vec<String> = ccm::ccm_targets(cpi)
-        .into_iter()
-        .map(|t| t.namespace)
-        .chain([ccm::CCM_NAMESPACE.to_string()])
-        .collect();
-    namespaces.sort();
-    namespaces.dedup();
-    let mut released = Vec::new();
-    for namespace in &namespaces {
-        for kind in [ccm::WorkloadKind::Deployment, ccm::WorkloadKind::DaemonSet] {
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(client.clone(), namespace, &kind.api_resource());
-            let list = api
-                .list(&Default::default())
-                .await
-                .map_err(|e| api_error(&format!("list {}s in {namespace}", kind.as_str()), e))?;
-            for live in list {
-                let ours = live
-                    .labels()
-                    .get(crate::api::MANAGED_BY_LABEL)
-                    .is_some_and(|m| m == crate::api::MANAGER);
-                let patched_by_us = live
-                    .managed_fields()
-                    .iter()
-                    .any(|f| f.manager.as_deref() == Some(crate::api::MANAGER));
-                if ours || !patched_by_us {
-                    continue;
-                }
-                apply::force_fields(ctx, &api, ccm::release_patch(kind, &live))
-                    .await
-                    .map_err(apply_failed)?;
-                released.push(format!("{} {namespace}/{}", kind.as_str(), live.name_any()));
-            }
-        }
-    }
-    Ok(released)
 }

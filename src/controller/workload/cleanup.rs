@@ -1,145 +1,179 @@
-//! Removal of the workload side, in the order that keeps the in-cluster API
-//! path: `default/kubernetes` given back first, then what we patched, then
-//! the proxy's own objects.
+//! Removal of the workload side: read what is there, decide the writes
+//! (`decide::removal`, in the order that keeps the in-cluster API path) and
+//! make them with `act`, as an install does.
 
-use std::time::Duration;
-
-use k8s_openapi::api::{apps::v1::DaemonSet, core::v1::Secret};
+use k8s_openapi::api::{
+    apps::v1::DaemonSet,
+    core::v1::{ConfigMap, Endpoints, Pod, Secret, Service},
+    discovery::v1::EndpointSlice,
+};
 use kube::{
-    Api, ResourceExt,
-    api::{ApiResource, DynamicObject},
+    Api, Client, ResourceExt,
+    api::{DynamicObject, ListParams},
 };
 
-use super::{ccm::release_patched_workloads, steering};
+pub use super::decide::Removal;
+use super::{
+    act, decide,
+    decide::RemovalFacts,
+    error::{WorkloadError, api_error},
+    read::{get, list, typed},
+    steering::{self, CONTROLLER_SLICES, read_record, unix_now},
+};
 use crate::{
-    api::{ControlPlaneIngress, Steering},
-    controller::{apply, context::Context},
-    render::workload::{self, NAME, NAMESPACE},
+    api::{ControlPlaneIngress, MANAGED_BY_LABEL, MANAGER, Steering},
+    controller::context::Context,
+    render::workload::{self, NAME, NAMESPACE, RECORD_NAME},
 };
-
-/// What a removal did.
-pub enum Removal {
-    /// default/kubernetes was given back; the proxy goes in a later pass,
-    /// once kube-proxy had the handover pause to take the given-back
-    /// endpoints in: what was given back, and how long until then.
-    Restoring(String, Duration),
-    /// default/kubernetes was given back and the proxy removed: what was done.
-    Removed(String),
-    /// Nothing safe could be given back: the proxy stays, and why.
-    Kept(String),
-}
 
 /// Remove what we installed, in the order that keeps the in-cluster API path:
 /// first give `default/kubernetes` back what steering took (from the record
-/// made before the first steering write), then remove the DaemonSet, Secret
-/// and ConfigMap, last the record. When nothing safe can be given back the
-/// proxy stays: a cluster is never left steered at a proxy that is gone.
-pub async fn cleanup(ctx: &Context, cpi: &ControlPlaneIngress) -> Result<Removal, String> {
+/// made before the first steering write), then the CCM workloads we
+/// patched, then the DaemonSet, Secret and ConfigMap, last the record. When
+/// nothing safe can be given back the proxy stays: a cluster is never left
+/// steered at a proxy that is gone.
+pub async fn cleanup(ctx: &Context, cpi: &ControlPlaneIngress) -> Result<Removal, WorkloadError> {
     let client = match ctx.workload_clients.of(&ctx.client, cpi).await {
         Ok(client) => client,
         // No kubeconfig: the cluster is gone or was never reachable; nothing of ours to remove.
-        Err(u) if u.reason == "KubeconfigMissing" => {
+        Err(WorkloadError::KubeconfigMissing(_)) => {
             return Ok(Removal::Removed("no workload cluster to clean up".into()));
         }
-        Err(u) => return Err(u.message),
+        Err(other) => return Err(other),
     };
+    let facts = observe(cpi, &client).await?;
+    let (plan, removal) = decide::removal(&facts)?;
+    act::act(ctx, &client, &plan).await?;
+    Ok(removal)
+}
+
+/// What a removal reads: `default/kubernetes` and the record, what our
+/// field manager patched, and our own objects.
+async fn observe(
+    cpi: &ControlPlaneIngress,
+    client: &Client,
+) -> Result<RemovalFacts, WorkloadError> {
     let spec = workload::proxy_spec(cpi);
     let finish_anyway = cpi
         .annotations()
         .get(workload::FINISH_WITHOUT_RESTORE_ANNOTATION)
         .is_some_and(|v| v == "true");
-    let advertise = steering::advertise_address(&client, &spec)
-        .await
-        .map_err(|u| u.message)?;
-    let restored = match steering::give_back(ctx, &client, advertise, finish_anyway)
-        .await
-        .map_err(|u| u.message)?
-    {
-        Ok(steering::GiveBack::Done(summary)) => summary,
-        Ok(steering::GiveBack::Settling(summary, wait)) => {
-            return Ok(Removal::Restoring(summary, wait));
-        }
-        Err(why) => {
-            return Ok(Removal::Kept(format!(
-                "kept the node proxy, default/kubernetes still points at it: {why}"
-            )));
-        }
+    let advertise_address = steering::advertise_address(client, &spec).await?;
+    let endpoints_object = get::<Endpoints>(client, "default", "kubernetes").await?;
+    let endpoints = endpoints_object.as_ref().map(typed).transpose()?;
+    let record = read_record(client).await?;
+    let service = get::<Service>(client, "default", "kubernetes")
+        .await?
+        .as_ref()
+        .map(typed::<Service>)
+        .transpose()?;
+    let service_steered = service
+        .and_then(|s| s.spec?.selector)
+        .is_some_and(|s| s == workload::selector_labels());
+    let recorded_selector_ready = match &record {
+        Some(r) if r.service_released => match &r.service.selector {
+            Some(selector) => Some(selects_a_ready_pod(client, selector).await?),
+            None => None,
+        },
+        _ => None,
     };
-    // The CCM env and konnectivity-agent args point at the ingress, whose
-    // route goes with this object: give them back while the API path we just
-    // restored is there for the pods they restart.
-    let released = release_patched_workloads(ctx, cpi, &client)
-        .await
-        .map_err(|u| u.message)?;
-    let mut removed = Vec::new();
+    let our_slice = get::<EndpointSlice>(client, "default", "kubernetes")
+        .await?
+        .filter(is_ours);
+    let controller_slices = list::<EndpointSlice>(client, "default", CONTROLLER_SLICES).await?;
+    let patched = patched_workloads(cpi, client).await?;
+    let mut proxy_objects = Vec::new();
     for mode in [Steering::AdvertiseAddress, Steering::Service] {
-        removed.extend(remove_proxy_of(ctx, &client, mode).await?);
+        let namespace = workload::proxy_namespace(mode);
+        proxy_objects.extend(get::<DaemonSet>(client, namespace, NAME).await?);
+        proxy_objects.extend(get::<Secret>(client, namespace, NAME).await?);
+        proxy_objects.extend(get::<ConfigMap>(client, namespace, NAME).await?);
     }
-    // The steering record goes last: a removal cut short is resumed with it.
-    removed
-        .extend(remove_ours(ctx, &client, config_map(), NAMESPACE, workload::RECORD_NAME).await?);
-    let list = |items: Vec<String>| {
-        if items.is_empty() {
-            "nothing".to_string()
-        } else {
-            items.join(", ")
+    proxy_objects.retain(is_ours);
+    let record_object = get::<ConfigMap>(client, NAMESPACE, RECORD_NAME)
+        .await?
+        .filter(is_ours);
+    Ok(RemovalFacts {
+        endpoints,
+        endpoints_object,
+        record,
+        record_object,
+        advertise_address,
+        finish_anyway,
+        service_steered,
+        recorded_selector_ready,
+        our_slice,
+        controller_slices,
+        patched,
+        proxy_objects,
+        now: unix_now(),
+    })
+}
+
+/// Every Deployment and DaemonSet we patched (CCM env, konnectivity-agent
+/// args) in the namespaces `spec.ccm` can name: found by our field manager,
+/// so a target renamed or unselected since is not missed.
+async fn patched_workloads(
+    cpi: &ControlPlaneIngress,
+    client: &Client,
+) -> Result<Vec<(workload::WorkloadKind, DynamicObject)>, WorkloadError> {
+    let mut namespaces: Vec<String> = workload::ccm_targets(cpi)
+        .into_iter()
+        .map(|t| t.namespace)
+        .chain([workload::CCM_NAMESPACE.to_string()])
+        .collect();
+    namespaces.sort();
+    namespaces.dedup();
+    let mut patched = Vec::new();
+    for namespace in &namespaces {
+        for kind in [
+            workload::WorkloadKind::Deployment,
+            workload::WorkloadKind::DaemonSet,
+        ] {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), namespace, &kind.api_resource());
+            let list = api
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| api_error(&format!("list {}s in {namespace}", kind.as_str()), e))?;
+            for live in list {
+                let patched_by_us = live
+                    .managed_fields()
+                    .iter()
+                    .any(|f| f.manager.as_deref() == Some(MANAGER));
+                if !is_ours(&live) && patched_by_us {
+                    patched.push((kind, live));
+                }
+            }
         }
-    };
-    Ok(Removal::Removed(format!(
-        "restored {restored}; gave back {}; removed {}",
-        list(released),
-        list(removed)
-    )))
-}
-
-fn config_map() -> ApiResource {
-    ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&())
-}
-
-/// Remove the proxy of a steering mode (its DaemonSet, Secret and
-/// ConfigMap, in its namespace), where they are ours: after a switch, and
-/// at removal. Returns what was removed.
-pub(super) async fn remove_proxy_of(
-    ctx: &Context,
-    client: &kube::Client,
-    mode: Steering,
-) -> Result<Vec<String>, String> {
-    let namespace = workload::proxy_namespace(mode);
-    let mut removed = Vec::new();
-    for resource in [
-        ApiResource::erase::<DaemonSet>(&()),
-        ApiResource::erase::<Secret>(&()),
-        config_map(),
-    ] {
-        removed.extend(remove_ours(ctx, client, resource, namespace, NAME).await?);
     }
-    Ok(removed)
+    Ok(patched)
 }
 
-/// Delete one object if it is ours (only objects we created carry our labels).
-async fn remove_ours(
-    ctx: &Context,
-    client: &kube::Client,
-    resource: ApiResource,
-    namespace: &str,
-    name: &str,
-) -> Result<Option<String>, String> {
-    let kind = resource.kind.clone();
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
-    let live = api
-        .get_opt(name)
+/// Whether a pod in `default` matching `selector` is Ready.
+async fn selects_a_ready_pod(
+    client: &Client,
+    selector: &std::collections::BTreeMap<String, String>,
+) -> Result<bool, WorkloadError> {
+    let labels = selector
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let list = pods
+        .list(&ListParams::default().labels(&labels))
         .await
-        .map_err(|e| format!("failed to read {kind} {namespace}/{name}: {e}"))?;
-    let Some(live) = live.filter(|o| {
-        o.labels()
-            .get(crate::api::MANAGED_BY_LABEL)
-            .map(String::as_str)
-            == Some(crate::api::MANAGER)
-    }) else {
-        return Ok(None);
-    };
-    apply::delete(ctx, &api, &live)
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(Some(format!("{kind} {namespace}/{name}")))
+        .map_err(|e| api_error(&format!("list pods {labels} in default"), e))?;
+    Ok(list.items.iter().any(|pod| {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    }))
+}
+
+/// Only objects we created carry our labels.
+fn is_ours(object: &DynamicObject) -> bool {
+    object.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGER)
 }

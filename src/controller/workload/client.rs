@@ -36,7 +36,7 @@ use kube::{
 use md5::{Digest, Md5};
 use tower::{BoxError, ServiceBuilder};
 
-use super::failure::Unreachable;
+use super::error::WorkloadError;
 use crate::{api::ControlPlaneIngress, controller::redact};
 
 /// How long a connection may stay idle before it is closed.
@@ -148,7 +148,7 @@ impl Clients {
         &self,
         mgmt: &Client,
         cpi: &ControlPlaneIngress,
-    ) -> Result<Client, Unreachable> {
+    ) -> Result<Client, WorkloadError> {
         let namespace = cpi.namespace().unwrap_or_default();
         let (name, data_key) = kubeconfig_secret(cpi);
         self.get(mgmt, &namespace, &cpi.spec.cluster_name, &name, &data_key)
@@ -162,22 +162,20 @@ impl Clients {
         cluster: &str,
         name: &str,
         data_key: &str,
-    ) -> Result<Client, Unreachable> {
+    ) -> Result<Client, WorkloadError> {
         let secrets: Api<Secret> = Api::namespaced(mgmt.clone(), namespace);
-        let secret = secrets.get_opt(name).await.map_err(|e| Unreachable {
-            reason: "KubeconfigUnreadable",
-            message: format!("failed to read Secret {namespace}/{name}: {e}"),
+        let secret = secrets.get_opt(name).await.map_err(|e| {
+            WorkloadError::KubeconfigUnreadable(format!(
+                "failed to read Secret {namespace}/{name}: {e}"
+            ))
         })?;
         let Some(value) = secret
             .and_then(|s| s.data)
             .and_then(|mut d| d.remove(data_key))
         else {
-            return Err(Unreachable {
-                reason: "KubeconfigMissing",
-                message: format!(
-                    "Secret {namespace}/{name} with key `{data_key}` not found: the control plane's provider writes it once the control plane is up"
-                ),
-            });
+            return Err(WorkloadError::KubeconfigMissing(format!(
+                "Secret {namespace}/{name} with key `{data_key}` not found: the control plane's provider writes it once the control plane is up"
+            )));
         };
         let digest = format!("{:x}", Md5::digest(&value.0));
         let key = format!("{namespace}/{cluster}");
@@ -192,10 +190,8 @@ impl Clients {
                 return Ok(client.clone());
             }
         }
-        let invalid = |e: String| Unreachable {
-            reason: "KubeconfigInvalid",
-            message: format!("Secret {namespace}/{name}: {e}"),
-        };
+        let invalid =
+            |e: String| WorkloadError::KubeconfigInvalid(format!("Secret {namespace}/{name}: {e}"));
         let text =
             String::from_utf8(value.0).map_err(|_| invalid("`value` is not UTF-8".into()))?;
         // Parser messages quote the kubeconfig: scrub them before they are shown.

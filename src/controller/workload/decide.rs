@@ -15,7 +15,9 @@
 //! - a proxy is only removed when the record no longer steers at it and the
 //!   handover pause has passed since it was replaced.
 
+mod complement;
 mod pass;
+mod removal;
 mod steer;
 mod switch;
 mod takeover;
@@ -29,14 +31,17 @@ mod tests;
 
 use std::time::Duration;
 
+pub(super) use complement::complement;
 pub(super) use pass::Given;
 use pass::{Pass, ProxyState, Record, Seen, Steer, Wanted, taken_over};
+pub use removal::Removal;
+pub(super) use removal::{RemovalFacts, removal};
 
 use super::{
     ccm,
-    failure::{Unreachable, render_failed},
+    error::WorkloadError,
     observe::Facts,
-    plan::Plan,
+    plan::{Acted, Phase, Plan},
 };
 use crate::{
     api::Steering,
@@ -46,22 +51,17 @@ use crate::{
 
 /// The plan for bringing the workload cluster to what `given` asks, from
 /// what `facts` say it holds.
-pub(super) fn decide(given: &Given, facts: &Facts) -> Plan {
-    let mut plan = Plan {
-        conditions: vec![Desired::ok(
-            types::WORKLOAD_REACHABLE,
-            "Connected",
-            "the workload API answers through the kubeconfig Secret",
-        )],
-        ..Plan::default()
-    };
+pub(super) fn decide(given: &Given, facts: &Facts) -> Result<Plan, WorkloadError> {
+    let mut plan = Plan::default();
+    plan.conditions.push(Desired::ok(
+        types::WORKLOAD_REACHABLE,
+        "Connected",
+        "the workload API answers through the kubeconfig Secret",
+    ));
     let Some(objects) = render(given, facts, &mut plan) else {
-        return plan;
+        return Ok(plan);
     };
-    let wanted = match Wanted::of(&objects) {
-        Ok(wanted) => wanted,
-        Err(e) => return unreachable(plan, render_failed(e)),
-    };
+    let wanted = Wanted::of(&objects)?;
     let seen = Seen::of(facts);
     let proxy = ProxyState::of(&wanted, &facts.proxy);
     let mut record = Record::of(facts);
@@ -76,16 +76,15 @@ pub(super) fn decide(given: &Given, facts: &Facts) -> Plan {
     };
     let mut proxy_applied = false;
     if taken_over(given.cpi).is_some() {
-        match takeover::prepare(&mut plan, &pass, &mut record) {
-            Err(invalid) => return unreachable(plan, invalid),
-            Ok(takeover::Prepared::Waiting) => {
+        match takeover::prepare(&mut plan, &pass, &mut record)? {
+            takeover::Prepared::Waiting => {
                 configure_ccm(&mut plan, given, facts);
-                return plan;
+                return Ok(plan);
             }
-            Ok(takeover::Prepared::Steer {
+            takeover::Prepared::Steer {
                 released_now,
                 proxy_applied: applied,
-            }) => {
+            } => {
                 pass.released_now = released_now;
                 proxy_applied = applied;
             }
@@ -95,10 +94,12 @@ pub(super) fn decide(given: &Given, facts: &Facts) -> Plan {
     record.ensure(&mut plan);
     // The proxy first, steering only at a proxy that is ready.
     if !proxy_applied {
-        plan.steps.extend(wanted.proxy_writes(&facts.proxy));
+        plan.extend(wanted.proxy_writes(&facts.proxy));
     }
     let steered_before = record.now.applied == Some(pass.mode());
-    if let Steer::Yes { switched } = route(&mut plan, &pass, &mut record) {
+    let steer = route(&mut plan, &pass, &mut record);
+    plan.enter(Phase::Steer);
+    if let Steer::Yes { switched } = steer {
         steer::steer(&mut plan, &pass, &mut record, steered_before, switched);
     }
     if let Some(theirs) = taken_over(given.cpi) {
@@ -113,7 +114,7 @@ pub(super) fn decide(given: &Given, facts: &Facts) -> Plan {
     }
     plan.proxy = Some((proxy.desired, proxy.ready));
     configure_ccm(&mut plan, given, facts);
-    plan
+    Ok(plan)
 }
 
 /// The proxy's objects, or the plan that stops before them: a refused
@@ -136,8 +137,9 @@ fn render(given: &Given, facts: &Facts, plan: &mut Plan) -> Option<ProxyObjects>
     }
     let credentials = match &facts.credentials {
         Ok(credentials) => credentials,
-        Err(message) => {
-            stop(plan, "CANotAvailable", message.clone(), Some(given.retry));
+        Err(unavailable) => {
+            let reason = unavailable.reason();
+            stop(plan, reason, unavailable.to_string(), Some(given.retry));
             return None;
         }
     };
@@ -173,12 +175,6 @@ fn stop(plan: &mut Plan, reason: &str, message: String, requeue: Option<Duration
     plan.conditions
         .push(Desired::failed(types::PROXY_READY, reason, message));
     plan.requeue = requeue;
-}
-
-fn unreachable(mut plan: Plan, why: Unreachable) -> Plan {
-    plan.steps.clear();
-    plan.unreachable = Some(why);
-    plan
 }
 
 /// Where steering stands: a switch, the first steering (service steering
@@ -226,10 +222,37 @@ fn route(plan: &mut Plan, pass: &Pass, record: &mut Record) -> Steer {
     }
 }
 
+/// The conditions and requeue of a plan acted on: a failed switch replaces
+/// EndpointsSteered (the old mode still steers) and looks again after
+/// `retry`; otherwise the plan's own.
+pub(super) fn reported(
+    plan: &Plan,
+    acted: &Acted,
+    retry: Duration,
+) -> (Vec<Desired>, Option<Duration>) {
+    let mut conditions = plan.conditions.clone();
+    let (Some(failed), Some(switch)) = (&acted.switch_failed, &plan.switch) else {
+        return (conditions, plan.requeue);
+    };
+    let (from, to) = (switch.from, switch.to);
+    let failed = Desired::failed(
+        types::ENDPOINTS_STEERED,
+        "SteeringSwitchFailed",
+        format!("cannot switch steering from {from:?} to {to:?}, {from:?} still steers: {failed}"),
+    );
+    conditions.retain(|c| c.type_ != types::ENDPOINTS_STEERED);
+    let at = conditions
+        .iter()
+        .position(|c| c.type_ == types::PROXY_READY)
+        .unwrap_or(conditions.len());
+    conditions.insert(at, failed);
+    (conditions, Some(retry))
+}
+
 /// The CCM override, last: its steps and CCMConfigured.
 fn configure_ccm(plan: &mut Plan, given: &Given, facts: &Facts) {
-    plan.ccm_from = plan.steps.len();
+    plan.enter(Phase::Ccm);
     let (steps, condition) = ccm::plan(given.cpi, &facts.ccm);
-    plan.steps.extend(steps);
+    plan.extend(steps);
     plan.conditions.push(condition);
 }

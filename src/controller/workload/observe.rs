@@ -8,7 +8,7 @@
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::{
-    apps::v1::DaemonSet,
+    apps::v1::{DaemonSet, Deployment},
     core::v1::{ConfigMap, Endpoints, Node, Secret, Service},
     discovery::v1::EndpointSlice,
 };
@@ -19,13 +19,13 @@ use kube::{
 
 use super::{
     ccm::{self, CcmFacts},
-    failure::{Unreachable, api_error},
+    error::{WorkloadError, api_error},
     outcome::workload_key,
     steering::{CONTROLLER_SLICES, read_record},
-    tls, upstream,
+    tls,
 };
 use crate::{
-    api::ControlPlaneIngress,
+    api::{ControlPlaneIngress, UpstreamObject},
     controller::context::Context,
     render::workload::{self, NAME, ProxyTls, SteeringRecord, WorkloadInputs},
 };
@@ -58,7 +58,7 @@ pub(super) struct Facts {
     /// The CCM and konnectivity-agent workloads `spec.ccm` targets.
     pub ccm: CcmFacts,
     /// The proxy's certificate material, or why the cluster CA is not available.
-    pub credentials: Result<Credentials, String>,
+    pub credentials: Result<Credentials, WorkloadError>,
     /// A rewrite of `default/kubernetes` by someone else seen in a recent
     /// pass, in words: the status keeps it for a while (see `Clients`).
     pub recent_drift: Vec<String>,
@@ -104,7 +104,7 @@ pub(super) async fn observe(
     cpi: &ControlPlaneIngress,
     client: &Client,
     base: &WorkloadInputs,
-) -> Result<Facts, Unreachable> {
+) -> Result<Facts, WorkloadError> {
     let spec = workload::proxy_spec(cpi);
     let (service, service_read) = read::<Service>(client, "default", "kubernetes").await?;
     let (endpoints, endpoints_read) = read::<Endpoints>(client, "default", "kubernetes").await?;
@@ -129,7 +129,7 @@ pub(super) async fn observe(
     let (_, _, rolled_out) = rollout(proxy.daemon_set.as_ref());
     let any_node = rolled_out || any_node(client).await?;
     let provider_proxy = match taken_over {
-        Some(theirs) => upstream::rollout(client, theirs).await?,
+        Some(theirs) => provider_rollout(client, theirs).await?,
         None => None,
     };
     let ccm = ccm::observe(client, cpi).await?;
@@ -165,10 +165,10 @@ async fn credentials(
     cpi: &ControlPlaneIngress,
     inputs: &WorkloadInputs,
     live_secret: Option<&DynamicObject>,
-) -> Result<Result<Credentials, String>, Unreachable> {
+) -> Result<Result<Credentials, WorkloadError>, WorkloadError> {
     let ca = match tls::cluster_ca(ctx, cpi).await {
         Ok(ca) => ca,
-        Err(message) => return Ok(Err(message)),
+        Err(unavailable) => return Ok(Err(unavailable)),
     };
     let certificate = tls::proxy_certificate(cpi, live_secret, inputs, &ca, SystemTime::now())?;
     let (tls, renew_in) = certificate.map_or((None, None), |(tls, renew)| (Some(tls), renew));
@@ -180,7 +180,7 @@ async fn credentials(
 }
 
 /// Our proxy's ConfigMap, Secret and DaemonSet in `namespace`.
-async fn live_proxy(client: &Client, namespace: &str) -> Result<LiveProxy, Unreachable> {
+async fn live_proxy(client: &Client, namespace: &str) -> Result<LiveProxy, WorkloadError> {
     Ok(LiveProxy {
         config_map: read::<ConfigMap>(client, namespace, NAME).await?.1,
         secret: read::<Secret>(client, namespace, NAME).await?.1,
@@ -193,7 +193,7 @@ async fn read<K>(
     client: &Client,
     namespace: &str,
     name: &str,
-) -> Result<(Option<K>, Option<DynamicObject>), Unreachable>
+) -> Result<(Option<K>, Option<DynamicObject>), WorkloadError>
 where
     K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned,
 {
@@ -205,9 +205,8 @@ where
     };
     let typed = serde_json::to_value(&object)
         .and_then(serde_json::from_value)
-        .map_err(|e| Unreachable {
-            reason: "WorkloadAPIError",
-            message: format!("failed to {what} in the workload cluster: {e}"),
+        .map_err(|e| {
+            WorkloadError::Api(format!("failed to {what} in the workload cluster: {e}"))
         })?;
     Ok((Some(typed), Some(object)))
 }
@@ -234,7 +233,7 @@ pub(super) fn rollout(daemon_set: Option<&DynamicObject>) -> (i32, i32, bool) {
 }
 
 /// Whether the workload cluster has any Node.
-async fn any_node(client: &Client) -> Result<bool, Unreachable> {
+async fn any_node(client: &Client) -> Result<bool, WorkloadError> {
     let nodes: Api<Node> = Api::all(client.clone());
     let list = nodes
         .list_metadata(&ListParams::default().limit(1))
@@ -244,11 +243,51 @@ async fn any_node(client: &Client) -> Result<bool, Unreachable> {
 }
 
 /// The EndpointSlice controller's slices of the `kubernetes` Service.
-async fn controller_slices(client: &Client) -> Result<Vec<EndpointSlice>, Unreachable> {
+async fn controller_slices(client: &Client) -> Result<Vec<EndpointSlice>, WorkloadError> {
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
     slices
         .list(&ListParams::default().labels(CONTROLLER_SLICES))
         .await
         .map(|list| list.items)
         .map_err(|e| api_error("list EndpointSlices of Service default/kubernetes", e))
+}
+
+/// Desired and ready pods of the provider's node proxy; `None` when it does not exist.
+pub(super) async fn provider_rollout(
+    client: &kube::Client,
+    upstream: &UpstreamObject,
+) -> Result<Option<(i32, i32)>, WorkloadError> {
+    let namespace = upstream.namespace.as_deref().unwrap_or("default");
+    let resource = match upstream.kind.as_str() {
+        "Deployment" => ApiResource::erase::<Deployment>(&()),
+        _ => ApiResource::erase::<DaemonSet>(&()),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    let live = api
+        .get_opt(&upstream.name)
+        .await
+        .map_err(|e| api_error(&format!("read {upstream}"), e))?;
+    Ok(live.as_ref().map(|o| upstream_rollout(&upstream.kind, o)))
+}
+
+/// Desired and ready pods of an upstream node proxy (DaemonSet or Deployment).
+fn upstream_rollout(kind: &str, object: &DynamicObject) -> (i32, i32) {
+    let number = |field: &str| {
+        object
+            .data
+            .pointer(&format!("/status/{field}"))
+            .and_then(|v| v.as_i64())
+            .unwrap_or(0) as i32
+    };
+    match kind {
+        "Deployment" => (
+            object
+                .data
+                .pointer("/spec/replicas")
+                .and_then(|v| v.as_i64())
+                .unwrap_or(1) as i32,
+            number("readyReplicas"),
+        ),
+        _ => (number("desiredNumberScheduled"), number("numberReady")),
+    }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use kube::{ResourceExt, api::DynamicObject};
 
-use super::failure::Unreachable;
+use super::error::WorkloadError;
 use crate::{
     api::{ControlPlaneIngress, upstream::CapiCluster},
     controller::{
@@ -54,7 +54,7 @@ pub(super) fn workload_key(cpi: &ControlPlaneIngress) -> String {
     )
 }
 
-pub(super) fn unreachable(ctx: &Context, cpi: &ControlPlaneIngress, u: Unreachable) -> Outcome {
+pub(super) fn unreachable(ctx: &Context, cpi: &ControlPlaneIngress, u: WorkloadError) -> Outcome {
     // Backoff per cluster: never a hot loop, and other clusters go on meanwhile.
     let delay = ctx
         .backoff
@@ -63,8 +63,8 @@ pub(super) fn unreachable(ctx: &Context, cpi: &ControlPlaneIngress, u: Unreachab
     Outcome {
         conditions: vec![Desired::failed(
             types::WORKLOAD_REACHABLE,
-            u.reason,
-            u.message,
+            u.reason(),
+            u.to_string(),
         )],
         proxy: None,
         requeue: Some(delay),

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, ResourceExt, api::DynamicObject};
 
-use super::failure::Unreachable;
+use super::error::WorkloadError;
 use crate::{
     api::ControlPlaneIngress,
     controller::{context::Context, redact},
@@ -19,27 +19,31 @@ use crate::{
 pub(super) async fn cluster_ca(
     ctx: &Context,
     cpi: &ControlPlaneIngress,
-) -> Result<CertificateAuthority, String> {
+) -> Result<CertificateAuthority, WorkloadError> {
     let namespace = cpi.namespace().unwrap_or_default();
     let name = format!("{}-ca", cpi.spec.cluster_name);
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
     let secret = api
         .get_opt(&name)
         .await
-        .map_err(|e| format!("failed to read Secret {namespace}/{name}: {e}"))?
-        .ok_or_else(|| format!("Secret {namespace}/{name} not found: the proxy certificate is minted from the cluster CA"))?;
+        .map_err(|e| {
+            WorkloadError::CaNotAvailable(format!("failed to read Secret {namespace}/{name}: {e}"))
+        })?
+        .ok_or_else(|| WorkloadError::CaNotAvailable(format!("Secret {namespace}/{name} not found: the proxy certificate is minted from the cluster CA")))?;
     let data = secret.data.unwrap_or_default();
     let field = |key: &str| {
         data.get(key)
             .and_then(|b| String::from_utf8(b.0.clone()).ok())
-            .ok_or_else(|| format!("Secret {namespace}/{name} has no {key}"))
+            .ok_or_else(|| {
+                WorkloadError::CaNotAvailable(format!("Secret {namespace}/{name} has no {key}"))
+            })
     };
     let key = field("tls.key")?;
     CertificateAuthority::from_pem(&field("tls.crt")?, &key).map_err(|e| {
-        format!(
+        WorkloadError::CaNotAvailable(format!(
             "Secret {namespace}/{name}: {}",
             redact::scrub(&e.to_string(), &key)
-        )
+        ))
     })
 }
 
@@ -53,7 +57,7 @@ pub(super) fn proxy_certificate(
     inputs: &WorkloadInputs,
     ca: &CertificateAuthority,
     now: SystemTime,
-) -> Result<Option<(ProxyTls, Option<Duration>)>, Unreachable> {
+) -> Result<Option<(ProxyTls, Option<Duration>)>, WorkloadError> {
     let Some(leaf_spec) = workload::proxy_leaf_spec(cpi, inputs, now) else {
         return Ok(None);
     };
@@ -80,9 +84,10 @@ pub(super) fn proxy_certificate(
             (tls, renew_in)
         }
         (due, _) => {
-            let leaf = pki::mint_leaf(ca, &leaf_spec).map_err(|e| Unreachable {
-                reason: "CertificateMintFailed",
-                message: format!("failed to mint the proxy certificate: {e}"),
+            let leaf = pki::mint_leaf(ca, &leaf_spec).map_err(|e| {
+                WorkloadError::CertificateMintFailed(format!(
+                    "failed to mint the proxy certificate: {e}"
+                ))
             })?;
             if let Renewal::Due(reason) = due {
                 tracing::info!(object = %crate::render::describe(cpi), %reason, "minting the proxy certificate");

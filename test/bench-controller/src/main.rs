@@ -859,7 +859,7 @@ async fn measure(args: &Args) -> Result<(), String> {
     let mut controllers = Vec::new();
     for k in 0..args.shards {
         let (agent, settings) = if args.shards > 1 {
-            let filter = WatchFilter::parse(&shard_value(k))?;
+            let filter = WatchFilter::parse(&shard_value(k)).map_err(|e| e.to_string())?;
             let mut settings = settings.clone().in_shard(filter.clone());
             settings.lease = Some(lease(
                 &lease_name(DEFAULT_LEASE, Some(&filter)),

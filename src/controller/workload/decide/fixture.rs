@@ -8,7 +8,7 @@ use k8s_openapi::api::{
 use kube::api::DynamicObject;
 use serde_json::{Value, json};
 
-use super::Given;
+use super::{Given, RemovalFacts};
 use crate::{
     api::{ControlPlaneIngress, Steering},
     controller::{
@@ -199,10 +199,77 @@ impl World {
         )
     }
 
+    /// What a removal would read in this world; `finish_anyway` is the
+    /// user's opt-in, `selector_ready` whether a recorded provider selector
+    /// still selects a Ready pod.
+    pub(super) fn removal_facts(&self, finish_anyway: bool, selector_ready: bool) -> RemovalFacts {
+        let facts = self.facts();
+        let cpi = self.cpi();
+        let ours = |kind: &str, namespace: &str, name: &str| {
+            let mut object = DynamicObject {
+                types: Some(kube::api::TypeMeta {
+                    api_version: "v1".into(),
+                    kind: kind.into(),
+                }),
+                metadata: Default::default(),
+                data: json!({}),
+            };
+            object.metadata.namespace = Some(namespace.into());
+            object.metadata.name = Some(name.into());
+            object.metadata.uid = Some(format!("uid-{kind}-{namespace}-{name}"));
+            object.metadata.labels = Some(
+                [(
+                    crate::api::MANAGED_BY_LABEL.to_string(),
+                    crate::api::MANAGER.to_string(),
+                )]
+                .into(),
+            );
+            object
+        };
+        // Both modes' proxies while ours is there (a switch may have left one).
+        let proxy_objects = if self.proxy == ProxyAt::Absent {
+            Vec::new()
+        } else {
+            [Steering::AdvertiseAddress, Steering::Service]
+                .into_iter()
+                .flat_map(|mode| {
+                    let namespace = workload::proxy_namespace(mode);
+                    ["DaemonSet", "Secret", "ConfigMap"]
+                        .map(|kind| ours(kind, namespace, workload::NAME))
+                })
+                .collect()
+        };
+        RemovalFacts {
+            endpoints: facts.endpoints.clone(),
+            endpoints_object: facts.as_read.endpoints.clone(),
+            record: self.record.clone(),
+            record_object: self
+                .record
+                .as_ref()
+                .map(|_| ours("ConfigMap", workload::NAMESPACE, workload::RECORD_NAME)),
+            advertise_address: workload::advertise_address(
+                &workload::proxy_spec(&cpi),
+                workload::service_ip(facts.service.as_ref()),
+            ),
+            finish_anyway,
+            service_steered: matches!(self.service, ServiceAt::Handover | ServiceAt::Steered),
+            recorded_selector_ready: Some(selector_ready),
+            our_slice: facts.as_read.endpoint_slice.clone(),
+            controller_slices: facts
+                .controller_slices
+                .iter()
+                .map(|s| dynamic(s, "EndpointSlice"))
+                .collect(),
+            patched: Vec::new(),
+            proxy_objects,
+            now: NOW,
+        }
+    }
+
     /// Decide on this world.
     pub(super) fn decide(&self) -> Plan {
         let cpi = self.cpi();
-        super::decide(&self.given(&cpi), &self.facts())
+        super::decide(&self.given(&cpi), &self.facts()).expect("a plan")
     }
 }
 
@@ -310,6 +377,16 @@ pub(super) fn service(at: ServiceAt) -> Service {
     .expect("a Service")
 }
 
+/// The record made before the first steering write of a cluster whose API
+/// server keeps `default/kubernetes` (no selector, its own address).
+pub(super) fn api_server_record() -> SteeringRecord {
+    workload::record(
+        Some(&service(ServiceAt::ApiServer)),
+        Some(&api_server_endpoints()),
+        None,
+    )
+}
+
 fn api_server_endpoints() -> Endpoints {
     serde_json::from_value(json!({
         "metadata": {"name": "kubernetes", "namespace": "default"},
@@ -363,8 +440,7 @@ pub(super) fn final_record(plan: &Plan, facts: &Facts) -> Option<SteeringRecord>
 
 /// The kind and name of each write, in order, for reading in a failed assertion.
 pub(super) fn describe(plan: &Plan) -> Vec<String> {
-    plan.steps
-        .iter()
+    plan.steps()
         .map(|step| match step {
             Step::Record(r) => format!("Record(applied {:?}, leaving {:?})", r.applied, r.leaving),
             Step::Apply { object, .. } => format!("Apply {}", name(object)),
@@ -373,6 +449,7 @@ pub(super) fn describe(plan: &Plan) -> Vec<String> {
             Step::PatchService(patch) => format!("PatchService {patch}"),
             Step::Delete(object) => format!("Delete {}", name(object)),
             Step::RemoveProxy(mode) => format!("RemoveProxy {mode:?}"),
+            Step::AwaitOtherSlice => "AwaitOtherSlice".to_string(),
         })
         .collect()
 }

@@ -13,9 +13,12 @@
 
 use proptest::prelude::*;
 
-use super::fixture::{NOW, ProxyAt, ServiceAt, World, describe, final_record, name};
+use super::fixture::{
+    NOW, ProxyAt, ServiceAt, World, api_server_record, describe, final_record, name,
+};
 use crate::{
     api::Steering,
+    controller::workload::decide::{Removal, RemovalFacts},
     controller::workload::{
         observe::Facts,
         plan::{Plan, Step},
@@ -42,9 +45,17 @@ fn record() -> impl Strategy<Value = Option<SteeringRecord>> {
         ago(),
         any::<bool>(),
         any::<bool>(),
+        any::<bool>(),
     );
     prop::option::of(fields.prop_map(
-        |(applied, leaving, beside, replaced_at, listed_at, released, restored)| {
+        |(applied, leaving, beside, replaced_at, listed_at, released, restored, recorded)| {
+            // What default/kubernetes held before: the API server's own
+            // Endpoints, or nothing to give back.
+            let before = if recorded {
+                api_server_record()
+            } else {
+                SteeringRecord::default()
+            };
             let mut record = SteeringRecord {
                 applied,
                 leaving: leaving.filter(|l| Some(*l) != applied),
@@ -53,7 +64,7 @@ fn record() -> impl Strategy<Value = Option<SteeringRecord>> {
                 proxies_listed_at: listed_at,
                 service_released: released,
                 restored: (restored && applied.is_none()).then(|| "given back".to_string()),
-                ..SteeringRecord::default()
+                ..before
             };
             // A release before the service proxy moved next to the Service
             // left a record of service steering with nothing else going on.
@@ -124,31 +135,149 @@ proptest! {
     fn every_plan_keeps_the_steering_invariants(world in world()) {
         let facts = world.facts();
         let cpi = world.cpi();
-        let plan = super::decide(&world.given(&cpi), &facts);
+        // A plan that stops (an invalid spec, say) writes nothing: its
+        // type holds no steps.
+        let Ok(plan) = super::decide(&world.given(&cpi), &facts) else {
+            return Ok(());
+        };
         if let Err(broken) = check(&world, &facts, &plan) {
             prop_assert!(false, "{broken}\nworld: {world:#?}\nsteps: {:#?}", describe(&plan));
         }
     }
 }
 
-/// The first invariant `plan` breaks for `world`.
-fn check(world: &World, facts: &Facts, plan: &Plan) -> Result<(), String> {
-    let steps = &plan.steps;
-    if plan.unreachable.is_some() && !steps.is_empty() {
-        return Err("a plan that stops writes nothing".into());
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(10_000))]
+
+    /// Removal, at a deletion or an opt-out (`spec.proxy.enabled: false`),
+    /// from any state an install can leave.
+    #[test]
+    fn every_removal_gives_the_api_path_back_before_the_proxy_goes(
+        world in world(),
+        finish_anyway in any::<bool>(),
+        selector_ready in any::<bool>(),
+    ) {
+        let facts = world.removal_facts(finish_anyway, selector_ready);
+        let Ok((plan, removal)) = super::removal(&facts) else {
+            return Ok(());
+        };
+        if let Err(broken) = check_removal(&facts, &plan, &removal) {
+            prop_assert!(false, "{broken}\nworld: {world:#?}\nremoval: {removal:?}\nsteps: {:#?}", describe(&plan));
+        }
     }
+}
+
+/// An invariant a plan breaks, in words.
+#[derive(Debug)]
+struct Broken(String);
+
+impl std::fmt::Display for Broken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The first invariant a removal's plan breaks.
+fn check_removal(facts: &RemovalFacts, plan: &Plan, removal: &Removal) -> Result<(), Broken> {
+    let steps: Vec<&Step> = plan.steps().collect();
+    let is_ours_removed = |s: &Step| {
+        matches!(s, Step::Delete(o) if facts.proxy_objects.contains(o)
+            || facts.record_object.as_ref() == Some(o))
+    };
+    let removes = steps.iter().any(|s| is_ours_removed(s));
+    match removal {
+        Removal::Kept(_) if !steps.is_empty() => {
+            return Err(Broken("a removal that keeps the proxy writes".into()));
+        }
+        Removal::Restoring(..) if removes => {
+            return Err(Broken(
+                "the proxy goes in the pass that gives default/kubernetes back".into(),
+            ));
+        }
+        _ => {}
+    }
+    // Steering recorded as applied is given back, and the record says so,
+    // before anything of the proxy can go (in a later pass).
+    if facts.record.as_ref().is_some_and(|r| r.applied.is_some()) {
+        if removes {
+            return Err(Broken(
+                "the proxy goes while the record says it steers".into(),
+            ));
+        }
+        if matches!(removal, Removal::Restoring(..))
+            && !matches!(steps.last(), Some(Step::Record(r)) if r.applied.is_none() && r.restored.is_some())
+        {
+            return Err(Broken(
+                "a give-back is not recorded as its last step".into(),
+            ));
+        }
+    }
+    // Without the record, steering seen at the proxy is given back only
+    // with the user's word; without it, nothing is written.
+    let steered = facts.service_steered
+        || facts
+            .endpoints
+            .as_ref()
+            .is_some_and(|e| workload::points_at_proxy(e, facts.advertise_address));
     if facts.record.is_none()
-        && let Some(first) = steps.iter().position(is_steering_write)
+        && steered
+        && !facts.finish_anyway
+        && !matches!(removal, Removal::Kept(_))
+    {
+        return Err(Broken(
+            "steered without a record, removed without the user's word".into(),
+        ));
+    }
+    // The proxy's objects go after every write to default/kubernetes, the
+    // record last of all.
+    if let Some(first) = steps.iter().position(|s| is_ours_removed(s))
+        && steps[first..]
+            .iter()
+            .any(|s| is_steering_write(s) && !is_ours_removed(s))
+    {
+        return Err(Broken(format!(
+            "step {first} removes the proxy before a steering write"
+        )));
+    }
+    if let Some(record) = &facts.record_object
+        && let Some(at) = steps
+            .iter()
+            .position(|s| matches!(s, Step::Delete(o) if o == record))
+        && at + 1 != steps.len()
+    {
+        return Err(Broken("the record is not removed last".into()));
+    }
+    // No slice of the kubernetes Service goes before another carries the
+    // addresses given back (unless the user said to finish without them).
+    if let Some(first_delete) = steps.iter().position(|s| {
+        matches!(s, Step::Delete(o) if o.types.as_ref().is_some_and(|t| t.kind == "EndpointSlice"))
+    }) && facts.record.as_ref().is_some_and(|r| r.applied.is_some())
+        && !facts.finish_anyway
+        && !steps[..first_delete].iter().any(|s| matches!(s, Step::AwaitOtherSlice))
+        && steps[..first_delete].iter().any(|s| matches!(s, Step::Force(_)))
+    {
+        return Err(Broken(format!("step {first_delete} deletes a slice before another carries the addresses")));
+    }
+    Ok(())
+}
+
+/// The first invariant `plan` breaks for `world`.
+fn check(world: &World, facts: &Facts, plan: &Plan) -> Result<(), Broken> {
+    let steps: Vec<&Step> = plan.steps().collect();
+    if facts.record.is_none()
+        && let Some(first) = steps.iter().position(|s| is_steering_write(s))
         && !steps[..first].iter().any(|s| matches!(s, Step::Record(_)))
     {
-        return Err(format!("step {first} steers before the record is stored"));
+        return Err(Broken(format!(
+            "step {first} steers before the record is stored"
+        )));
     }
     for record in plan.records() {
         if record.applied.is_some() && record.applied == record.leaving {
-            return Err(format!(
+            return Err(Broken(format!(
                 "a record names {:?} applied and leaving",
                 record.applied
-            ));
+            )));
         }
     }
     only_at_a_ready_proxy(world, facts, plan)?;
@@ -182,7 +311,7 @@ fn readiness(world: &World, facts: &Facts) -> Readiness {
 }
 
 /// Steering starts (or a switch steps) only at a proxy that answers on every node.
-fn only_at_a_ready_proxy(world: &World, facts: &Facts, plan: &Plan) -> Result<(), String> {
+fn only_at_a_ready_proxy(world: &World, facts: &Facts, plan: &Plan) -> Result<(), Broken> {
     let r = readiness(world, facts);
     let released = world.take_over
         && facts.service.as_ref().map(workload::service_release) == Some(ServiceRelease::default());
@@ -190,22 +319,24 @@ fn only_at_a_ready_proxy(world: &World, facts: &Facts, plan: &Plan) -> Result<()
     let before = facts.record.as_ref().and_then(|r| r.applied);
     let after = final_record(plan, facts).and_then(|r| r.applied);
     if after == Some(world.steering) && before != after && !up {
-        return Err(format!("steers with {after:?} at a proxy that is not up"));
+        return Err(Broken(format!(
+            "steers with {after:?} at a proxy that is not up"
+        )));
     }
     if let Some(switch) = plan.switch.as_ref().filter(|s| !s.steps.is_empty())
         && !up
     {
-        return Err(format!(
+        return Err(Broken(format!(
             "switch steps {:?} at a proxy that is not up",
             switch.steps
-        ));
+        )));
     }
     Ok(())
 }
 
 /// Service steering's `Local`, and the release of either path, wait for the
 /// other path to carry traffic.
-fn handed_over(world: &World, facts: &Facts, plan: &Plan) -> Result<(), String> {
+fn handed_over(world: &World, facts: &Facts, plan: &Plan) -> Result<(), Broken> {
     let r = readiness(world, facts);
     let listed_all = world.listed >= r.ready.max(1);
     let paused = facts
@@ -217,8 +348,9 @@ fn handed_over(world: &World, facts: &Facts, plan: &Plan) -> Result<(), String> 
     // Service steering that holds already is re-applied at once after a
     // rewrite by someone else: the hand-over is for a start or a switch.
     let starting = facts.record.as_ref().and_then(|rec| rec.applied) != Some(Steering::Service);
-    for (i, step) in plan.steps.iter().enumerate() {
-        let earlier = &plan.steps[..i];
+    let steps: Vec<&Step> = plan.steps().collect();
+    for (i, step) in steps.iter().copied().enumerate() {
+        let earlier = &steps[..i];
         match step {
             Step::ApplyFields { object, .. }
                 if object.data.pointer("/spec/internalTrafficPolicy")
@@ -228,16 +360,16 @@ fn handed_over(world: &World, facts: &Facts, plan: &Plan) -> Result<(), String> 
                     && !r.no_nodes
                     && !(listed_all && paused) =>
             {
-                return Err(format!(
+                return Err(Broken(format!(
                     "step {i} turns the Service Local before the pods' slices carry it"
-                ));
+                )));
             }
             Step::Delete(object) if name(object) == "EndpointSlice default/kubernetes" => {
-                let selects = selected_before || earlier.iter().any(is_selector_write);
+                let selects = selected_before || earlier.iter().any(|s| is_selector_write(s));
                 if !selects || !(r.no_nodes || listed_all) {
-                    return Err(format!(
+                    return Err(Broken(format!(
                         "step {i} deletes our EndpointSlice before the proxy pods carry the traffic"
-                    ));
+                    )));
                 }
             }
             Step::Force(object)
@@ -247,9 +379,9 @@ fn handed_over(world: &World, facts: &Facts, plan: &Plan) -> Result<(), String> 
                             if name(object) == "EndpointSlice default/kubernetes")
                     }) =>
             {
-                return Err(format!(
+                return Err(Broken(format!(
                     "step {i} releases the Service's selector before our EndpointSlice is written"
-                ));
+                )));
             }
             _ => {}
         }
@@ -258,10 +390,10 @@ fn handed_over(world: &World, facts: &Facts, plan: &Plan) -> Result<(), String> 
 }
 
 /// A proxy goes only when nothing steers at it and the pause has passed.
-fn removed_only_when_unused(world: &World, facts: &Facts, plan: &Plan) -> Result<(), String> {
+fn removed_only_when_unused(world: &World, facts: &Facts, plan: &Plan) -> Result<(), Broken> {
     let mut in_force = facts.record.clone().unwrap_or_default();
     let after = final_record(plan, facts).unwrap_or_default();
-    for (i, step) in plan.steps.iter().enumerate() {
+    for (i, step) in plan.steps().enumerate() {
         match step {
             Step::Record(record) => in_force = record.clone(),
             Step::RemoveProxy(mode) => {
@@ -269,14 +401,14 @@ fn removed_only_when_unused(world: &World, facts: &Facts, plan: &Plan) -> Result
                     || in_force.applied == Some(*mode)
                     || after.applied == Some(*mode)
                 {
-                    return Err(format!(
+                    return Err(Broken(format!(
                         "step {i} removes the {mode:?} proxy while it steers"
-                    ));
+                    )));
                 }
                 if let Some(wait) = in_force.handover_wait(NOW, HANDOVER_PAUSE) {
-                    return Err(format!(
+                    return Err(Broken(format!(
                         "step {i} removes the {mode:?} proxy {wait:?} before the handover pause ends"
-                    ));
+                    )));
                 }
             }
             _ => {}
@@ -293,7 +425,7 @@ fn is_steering_write(step: &Step) -> bool {
         | Step::Force(object)
         | Step::Delete(object) => object.metadata.namespace.as_deref() == Some("default"),
         Step::PatchService(_) => true,
-        Step::Record(_) | Step::RemoveProxy(_) => false,
+        Step::Record(_) | Step::RemoveProxy(_) | Step::AwaitOtherSlice => false,
     }
 }
 

@@ -10,7 +10,7 @@ use crate::{
     api::Steering,
     controller::{
         status::{Desired, types},
-        workload::plan::{Plan, Step, Switch},
+        workload::plan::{Phase, Plan, Step},
     },
     render::workload,
 };
@@ -53,16 +53,12 @@ pub(super) fn switch(
         plan.retry(pass.given.retry);
         return Steer::No;
     }
-    let start = plan.steps.len();
+    plan.begin_switch(previous, mode);
     let stage = match (&pass.wanted.endpoints, &pass.wanted.endpoint_slice) {
         (Some(endpoints), Some(slice)) => to_address(plan, pass, record, endpoints, slice),
         _ => to_service(plan, pass, record, no_nodes),
     };
-    plan.switch = Some(Switch {
-        from: previous,
-        to: mode,
-        steps: start..plan.steps.len(),
-    });
+    plan.enter(Phase::Steer);
     match stage {
         Stage::Done(summary) => Steer::Yes {
             switched: Some(summary),

@@ -14,7 +14,7 @@ use crate::{
     controller::{
         status::{Desired, Status, types},
         workload::{
-            failure::Unreachable,
+            error::WorkloadError,
             plan::{Plan, Step},
         },
     },
@@ -40,14 +40,12 @@ pub(super) fn prepare(
     plan: &mut Plan,
     pass: &Pass,
     record: &mut Record,
-) -> Result<Prepared, Unreachable> {
+) -> Result<Prepared, WorkloadError> {
     let Some(endpoint_slice) = &pass.wanted.endpoint_slice else {
         // Validation admits no other steering with a take-over.
-        return Err(Unreachable {
-            reason: "InvalidSpec",
-            message: "spec.upstream.takeOverNodeProxy needs spec.proxy.steering advertise-address"
-                .into(),
-        });
+        return Err(WorkloadError::InvalidSpec(
+            "spec.upstream.takeOverNodeProxy needs spec.proxy.steering advertise-address".into(),
+        ));
     };
     let release = pass
         .facts
@@ -66,8 +64,7 @@ pub(super) fn prepare(
         });
     }
     // Our proxy first, without steering: ConfigMap, Secret and DaemonSet.
-    plan.steps
-        .extend(pass.wanted.proxy_writes(&pass.facts.proxy));
+    plan.extend(pass.wanted.proxy_writes(&pass.facts.proxy));
     let (ready, desired) = (pass.proxy.ready, pass.proxy.desired);
     if desired == 0 || ready < desired {
         let theirs = taken_over(pass.given.cpi).map(ToString::to_string);

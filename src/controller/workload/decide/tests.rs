@@ -3,13 +3,19 @@
 
 use std::time::Duration;
 
-use super::fixture::{NOW, ProxyAt, ServiceAt, World, condition, describe, final_record};
+use super::super::error::WorkloadError;
+use super::fixture::{
+    NOW, ProxyAt, ServiceAt, World, api_server_record, condition, describe, final_record,
+};
 use crate::{
     api::Steering,
     controller::{
         apply,
         status::{Status, types},
-        workload::plan::Step,
+        workload::{
+            decide::Removal,
+            plan::{Acted, Step},
+        },
     },
     render::workload::{HANDOVER_PAUSE, SteeringRecord},
 };
@@ -119,10 +125,8 @@ fn service_steering_from_the_start_hands_over_step_by_step() {
         writes_to_default(&plan),
         ["ApplyFields Service default/kubernetes"]
     );
-    let Some(Step::ApplyFields { object, .. }) = plan
-        .steps
-        .iter()
-        .find(|s| matches!(s, Step::ApplyFields { .. }))
+    let Some(Step::ApplyFields { object, .. }) =
+        plan.steps().find(|s| matches!(s, Step::ApplyFields { .. }))
     else {
         panic!("no Service write");
     };
@@ -183,9 +187,10 @@ fn a_switch_waits_for_the_new_proxy_and_says_so_in_the_record() {
     );
 }
 
-#[test]
-fn a_switch_to_service_releases_the_advertise_address_once_the_pods_carry_traffic() {
-    let world = World {
+/// Address steering, the spec now service, the proxy pods listed for longer
+/// than the handover pause: the switch's last pass.
+fn switching_to_service() -> World {
+    World {
         record: Some(SteeringRecord {
             leaving: Some(SERVICE),
             proxies_listed_at: Some(NOW - 60),
@@ -196,7 +201,12 @@ fn a_switch_to_service_releases_the_advertise_address_once_the_pods_carry_traffi
         service: ServiceAt::Handover,
         listed: 2,
         ..World::new(SERVICE)
-    };
+    }
+}
+
+#[test]
+fn a_switch_to_service_releases_the_advertise_address_once_the_pods_carry_traffic() {
+    let world = switching_to_service();
     let plan = world.decide();
     assert_eq!(steers(&plan), (Status::True, "ServiceSelector".into()));
     assert_eq!(
@@ -262,11 +272,11 @@ fn the_proxy_switched_away_from_goes_after_the_handover_pause() {
         ..World::new(ADDRESS)
     };
     let plan = leaving(2).decide();
-    assert!(!plan.steps.contains(&Step::RemoveProxy(SERVICE)));
+    assert!(!plan.steps().any(|s| *s == Step::RemoveProxy(SERVICE)));
     assert_eq!(plan.requeue, Some(Duration::from_secs(3)));
     let world = leaving(60);
     let plan = world.decide();
-    assert!(plan.steps.contains(&Step::RemoveProxy(SERVICE)));
+    assert!(plan.steps().any(|s| *s == Step::RemoveProxy(SERVICE)));
     assert_eq!(final_record(&plan, &world.facts()).unwrap().leaving, None);
 }
 
@@ -284,7 +294,7 @@ fn at_steady_state_every_write_is_already_made() {
             ..World::new(mode)
         };
         let plan = world.decide();
-        for step in &plan.steps {
+        for step in plan.steps() {
             let made = match step {
                 Step::Apply { object, live } => {
                     apply::up_to_date(object, &apply::digest(object), live.as_ref())
@@ -316,7 +326,7 @@ fn a_rewrite_by_someone_else_is_reported_and_steered_again() {
     let endpoints = facts.as_read.endpoints.as_mut().unwrap();
     endpoints.data["subsets"][0]["addresses"][0]["ip"] = "192.0.2.10".into();
     let cpi = world.cpi();
-    let plan = super::decide(&world.given(&cpi), &facts);
+    let plan = super::decide(&world.given(&cpi), &facts).expect("a plan");
     assert_eq!(
         steers(&plan),
         (Status::False, "EndpointsOverwritten".into())
@@ -349,8 +359,8 @@ fn an_advertise_address_of_the_other_family_writes_nothing() {
         .as_mut()
         .unwrap()
         .cluster_ip = Some("fd00:10:96::1".into());
-    let plan = super::decide(&world.given(&cpi), &facts);
-    assert!(plan.steps.is_empty(), "{:?}", describe(&plan));
+    let plan = super::decide(&world.given(&cpi), &facts).expect("a plan");
+    assert!(plan.is_empty(), "{:?}", describe(&plan));
     assert_eq!(
         steers(&plan),
         (Status::False, "AddressFamilyMismatch".into())
@@ -365,10 +375,12 @@ fn an_advertise_address_of_the_other_family_writes_nothing() {
 fn without_the_cluster_ca_nothing_is_written() {
     let world = World::new(ADDRESS);
     let mut facts = world.facts();
-    facts.credentials = Err("Secret tenants/tenant-01-ca not found".into());
+    facts.credentials = Err(WorkloadError::CaNotAvailable(
+        "Secret tenants/tenant-01-ca not found".into(),
+    ));
     let cpi = world.cpi();
-    let plan = super::decide(&world.given(&cpi), &facts);
-    assert!(plan.steps.is_empty());
+    let plan = super::decide(&world.given(&cpi), &facts).expect("a plan");
+    assert!(plan.is_empty());
     assert_eq!(
         condition(&plan, types::PROXY_READY),
         Some((Status::False, "CANotAvailable".into()))
@@ -415,4 +427,118 @@ fn a_take_over_installs_beside_the_provider_until_ours_is_ready() {
     );
     assert_eq!(steers(&plan), (Status::True, "TakeOverPending".into()));
     assert_eq!(plan.events.len(), 1, "NodeProxyTakenOver");
+}
+
+/// The switch of `switching_to_service`, made to fail at its first write: the
+/// old mode still steers, EndpointsSteered says so (before ProxyReady, as
+/// the plan's own would stand) and the pass looks again after `retry`.
+#[test]
+fn a_failed_switch_is_reported_in_place_of_the_steering() {
+    let world = switching_to_service();
+    let plan = world.decide();
+    assert!(plan.switch.is_some());
+    let retry = Duration::from_secs(7);
+    let (conditions, requeue) = super::reported(&plan, &Acted::default(), retry);
+    assert_eq!(
+        (conditions, requeue),
+        (plan.conditions.clone(), plan.requeue)
+    );
+
+    let failed = Acted {
+        switch_failed: Some(WorkloadError::ApplyFailed(
+            "failed to delete EndpointSlice kubernetes: refused".into(),
+        )),
+    };
+    let (conditions, requeue) = super::reported(&plan, &failed, retry);
+    let types: Vec<&str> = conditions.iter().map(|c| c.type_).collect();
+    let steered: Vec<_> = conditions
+        .iter()
+        .filter(|c| c.type_ == types::ENDPOINTS_STEERED)
+        .collect();
+    assert_eq!(steered.len(), 1, "{types:?}");
+    assert_eq!(
+        (steered[0].status, steered[0].reason.as_str()),
+        (Status::False, "SteeringSwitchFailed")
+    );
+    assert!(
+        steered[0].message.contains("AdvertiseAddress still steers")
+            && steered[0].message.contains("refused"),
+        "{}",
+        steered[0].message
+    );
+    let at = |t: &str| types.iter().position(|x| *x == t).unwrap();
+    assert!(at(types::ENDPOINTS_STEERED) < at(types::PROXY_READY));
+    assert_eq!(requeue, Some(retry));
+}
+
+/// Removal of address steering: the give-back first, recorded; the proxy
+/// and the record only in a later pass, after the handover pause.
+#[test]
+fn a_removal_gives_back_first_and_removes_the_proxy_after_the_pause() {
+    let world = World {
+        record: Some(SteeringRecord {
+            applied: Some(ADDRESS),
+            ..api_server_record()
+        }),
+        address_steered: true,
+        proxy: ProxyAt::RolledOut { nodes: 1 },
+        ..World::new(ADDRESS)
+    };
+    let (plan, removal) = super::removal(&world.removal_facts(false, true)).unwrap();
+    assert!(
+        matches!(removal, Removal::Restoring(_, wait) if wait == HANDOVER_PAUSE),
+        "{removal:?}"
+    );
+    let steps = describe(&plan);
+    assert!(steps.iter().all(|s| !s.contains("DaemonSet")), "{steps:?}");
+    assert!(
+        steps.last().unwrap().starts_with("Record(applied None"),
+        "{steps:?}"
+    );
+
+    // The pass after the pause: the record says it was given back.
+    let given_back = World {
+        record: Some(SteeringRecord {
+            applied: None,
+            restored: Some("Endpoints default/kubernetes restored".into()),
+            replaced_at: Some(NOW - 60),
+            ..SteeringRecord::default()
+        }),
+        ..world
+    };
+    let (plan, removal) = super::removal(&given_back.removal_facts(false, true)).unwrap();
+    let Removal::Removed(note) = removal else {
+        panic!("{removal:?}");
+    };
+    let steps = describe(&plan);
+    assert!(steps.iter().any(|s| s.contains("DaemonSet")), "{steps:?}");
+    assert_eq!(
+        steps.last().map(String::as_str),
+        Some("Delete ConfigMap kube-system/hcp-ingress-steering"),
+        "{steps:?}"
+    );
+    assert!(
+        note.starts_with("restored Endpoints default/kubernetes restored"),
+        "{note}"
+    );
+}
+
+/// Steered at the proxy, and the record is gone: nothing is written
+/// without the user's word.
+#[test]
+fn a_removal_without_the_record_keeps_a_steered_proxy() {
+    let world = World {
+        address_steered: true,
+        proxy: ProxyAt::RolledOut { nodes: 1 },
+        ..World::new(ADDRESS)
+    };
+    let (plan, removal) = super::removal(&world.removal_facts(false, true)).unwrap();
+    assert!(
+        matches!(&removal, Removal::Kept(why) if why.contains("finish-without-restore")),
+        "{removal:?}"
+    );
+    assert!(plan.is_empty());
+    let (plan, removal) = super::removal(&world.removal_facts(true, true)).unwrap();
+    assert!(matches!(removal, Removal::Removed(_)), "{removal:?}");
+    assert!(!plan.is_empty());
 }
