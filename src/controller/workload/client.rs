@@ -9,13 +9,12 @@
 //!   connection per cluster would only hold memory here, a connection slot on
 //!   the shared ingress and a TLS session on the tenant API server;
 //! - the TLS session cache holds the one server the client talks to, not the
-//!   256 of rustls' default (14 KiB per client before the first connection);
+//!   256 of rustls' default;
 //! - a client unused for [`KEEP`] is dropped: a cluster's reconciliations
-//!   come in a burst and then once per resync, minutes apart, and a client
-//!   costs about 25 KiB kept (kube's request buffer, its trust anchors, the
-//!   HTTP client and TLS session cache), 125 MiB for 5,000 clusters, where
-//!   building one again costs a kubeconfig parse (measured with heaptrack
-//!   on hack/bench-controller.sh).
+//!   come in a burst and then once per resync, minutes apart, and a kept
+//!   client holds kube's request buffer, its trust anchors, the HTTP client
+//!   and TLS session cache, thousands of times over, where building one
+//!   again costs a kubeconfig parse (docs/architecture.md has the figures).
 
 use std::{
     collections::HashMap,
