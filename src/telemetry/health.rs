@@ -75,11 +75,23 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
+/// How long one connection may take, from accept to the answer sent.
+const DEADLINE: Duration = Duration::from_secs(5);
+
 /// Serve until `shutdown` resolves. Each request has 5 s to complete.
 pub async fn serve(
     listener: TcpListener,
     health: Arc<dyn Health>,
     shutdown: impl Future<Output = ()>,
+) {
+    serve_within(listener, health, shutdown, DEADLINE).await
+}
+
+async fn serve_within(
+    listener: TcpListener,
+    health: Arc<dyn Health>,
+    shutdown: impl Future<Output = ()>,
+    deadline: Duration,
 ) {
     tokio::pin!(shutdown);
     loop {
@@ -94,7 +106,7 @@ pub async fn serve(
                 let health = health.clone();
                 tokio::spawn(async move {
                     // A client that stalls must not hold a task forever.
-                    let _ = tokio::time::timeout(Duration::from_secs(5), serve_one(stream, health)).await;
+                    let _ = tokio::time::timeout(deadline, serve_one(stream, health)).await;
                 });
             }
         }
@@ -185,5 +197,170 @@ mod tests {
         );
         // A process started without a revision never vouches for one.
         assert_eq!(respond("GET /readyz/aaa HTTP/1.1", &Fixed(true)).0, 503);
+    }
+
+    /// A server on a free local port, serving until the test ends.
+    async fn start(health: impl Health, deadline: Duration) -> std::net::SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve_within(
+            listener,
+            Arc::new(health),
+            std::future::pending(),
+            deadline,
+        ));
+        addr
+    }
+
+    /// What the server wrote on one connection until it closed it.
+    struct Answer {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: String,
+    }
+
+    impl Answer {
+        fn header(&self, name: &str) -> Option<&str> {
+            self.headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.as_str())
+        }
+    }
+
+    /// Send `request` on a new connection and read until the server closes
+    /// it (a reset after the answer, as when the server leaves part of an
+    /// oversized head unread, ends the read too).
+    async fn exchange(addr: std::net::SocketAddr, request: &[u8]) -> Answer {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request).await.unwrap();
+        let mut raw = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut chunk))
+                .await
+                .expect("the server answers and closes the connection");
+            match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => raw.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let raw = String::from_utf8(raw).unwrap();
+        let (head, body) = raw.split_once("\r\n\r\n").expect("a complete head");
+        let mut lines = head.split("\r\n");
+        let status = lines.next().unwrap().split(' ').nth(1).unwrap();
+        Answer {
+            status: status.parse().unwrap(),
+            headers: lines
+                .map(|l| {
+                    let (n, v) = l.split_once(':').unwrap();
+                    (n.to_string(), v.trim().to_string())
+                })
+                .collect(),
+            body: body.to_string(),
+        }
+    }
+
+    #[tokio::test]
+    async fn answers_probes_and_scrapers_over_http() {
+        let addr = start(Fixed(true), DEADLINE).await;
+        let get = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: admin\r\n\r\n");
+
+        let ok = exchange(addr, get("/healthz").as_bytes()).await;
+        assert_eq!((ok.status, ok.body.as_str()), (200, "ok\n"));
+        assert_eq!(ok.header("content-type"), Some("text/plain"));
+        assert_eq!(ok.header("content-length"), Some("3"));
+        // One request a connection: the server closes it after the answer.
+        assert_eq!(ok.header("connection"), Some("close"));
+        assert_eq!(exchange(addr, get("/livez").as_bytes()).await.status, 200);
+
+        let ready = exchange(addr, get("/readyz?verbose").as_bytes()).await;
+        assert_eq!((ready.status, ready.body.as_str()), (200, "ready\n"));
+
+        let metrics = exchange(addr, get("/metrics").as_bytes()).await;
+        assert_eq!((metrics.status, metrics.body.as_str()), (200, "m 1\n"));
+        assert_eq!(
+            metrics.header("content-type"),
+            Some("application/openmetrics-text; version=1.0.0; charset=utf-8")
+        );
+        // HEAD: the length of the body a GET would get, and no body.
+        let head = exchange(addr, b"HEAD /metrics HTTP/1.1\r\nHost: admin\r\n\r\n").await;
+        assert_eq!(head.status, 200);
+        assert_eq!(head.header("content-length"), Some("4"));
+        assert_eq!(head.body, "");
+        // HTTP/1.0 without a Host header, as a bare scraper sends it.
+        let bare = exchange(addr, b"GET /metrics HTTP/1.0\r\n\r\n").await;
+        assert_eq!((bare.status, bare.body.as_str()), (200, "m 1\n"));
+
+        let post = b"POST /healthz HTTP/1.1\r\nHost: admin\r\ncontent-length: 0\r\n\r\n";
+        let refused = exchange(addr, post).await;
+        assert_eq!(
+            (refused.status, refused.body.as_str()),
+            (405, "method not allowed\n")
+        );
+        let missing = exchange(addr, get("/nope").as_bytes()).await;
+        assert_eq!(
+            (missing.status, missing.body.as_str()),
+            (404, "not found\n")
+        );
+
+        let not_ready = start(Fixed(false), DEADLINE).await;
+        let answer = exchange(not_ready, get("/readyz").as_bytes()).await;
+        assert_eq!((answer.status, answer.body.as_str()), (503, "not ready\n"));
+    }
+
+    #[tokio::test]
+    async fn a_head_over_2048_bytes_is_refused() {
+        let addr = start(Fixed(true), DEADLINE).await;
+        // A complete head of `size` bytes, padded by one header.
+        let head = |size: usize| {
+            let opening = "GET /healthz HTTP/1.1\r\nHost: admin\r\nx-pad: ";
+            let ending = "\r\n\r\n";
+            format!(
+                "{opening}{}{ending}",
+                "a".repeat(size - opening.len() - ending.len())
+            )
+        };
+        assert_eq!(exchange(addr, head(2048).as_bytes()).await.status, 200);
+        assert_eq!(exchange(addr, head(2049).as_bytes()).await.status, 431);
+        // Never ended: refused once 2048 bytes have come.
+        let endless = format!("GET /healthz HTTP/1.1\r\nx-pad: {}", "a".repeat(2048));
+        let answer = exchange(addr, &endless.as_bytes()[..2048]).await;
+        assert_eq!(answer.status, 431);
+    }
+
+    #[tokio::test]
+    async fn a_stalled_client_ends_only_its_own_connection() {
+        let deadline = Duration::from_millis(300);
+        let addr = start(Fixed(true), deadline).await;
+        let mut stalled = TcpStream::connect(addr).await.unwrap();
+        stalled
+            .write_all(b"GET /healthz HTTP/1.1\r\n")
+            .await
+            .unwrap();
+        let other = exchange(addr, b"GET /healthz HTTP/1.1\r\nHost: admin\r\n\r\n").await;
+        assert_eq!(other.status, 200);
+        // Past the deadline, the stalled connection is closed unanswered.
+        let started = std::time::Instant::now();
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), stalled.read_to_end(&mut rest))
+            .await
+            .expect("the stalled connection is closed");
+        assert!(read.is_err() || rest.is_empty(), "answered: {rest:?}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[tokio::test]
+    async fn serving_ends_with_shutdown() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, Arc::new(Fixed(true)), async {
+            let _ = stopped.await;
+        }));
+        stop.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("serve returns once shutdown resolves")
+            .unwrap();
     }
 }
