@@ -1,12 +1,15 @@
-//! A minimal HTTP/1.1 admin server for `/healthz`, `/readyz` and `/metrics`:
-//! three GET routes for probes and a scraper do not justify an HTTP stack.
+//! The admin server for `/healthz`, `/livez`, `/readyz` and `/metrics`:
+//! hyper's HTTP/1.1 server (linked already for the proxy's pooled mode),
+//! one request a connection, as probes and scrapers make them.
 
-use std::{future::Future, sync::Arc, time::Duration};
+use std::{convert::Infallible, future::Future, sync::Arc, time::Duration};
 
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpListener, TcpStream},
-};
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::{body::Incoming, server::conn::http1, service::service_fn};
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
 
 /// What the admin endpoints report.
 pub trait Health: Send + Sync + 'static {
@@ -24,18 +27,28 @@ pub trait Health: Send + Sync + 'static {
     }
 }
 
-/// Route a request line to (status, content type, body). Pure.
-pub fn respond(request_line: &str, health: &dyn Health) -> (u16, &'static str, String) {
-    let mut parts = request_line.split_whitespace();
-    let method = parts.next().unwrap_or("");
-    let path = parts.next().unwrap_or("").split('?').next().unwrap_or("");
-    if method != "GET" && method != "HEAD" {
-        return (405, "text/plain", "method not allowed\n".into());
+/// Route a request's method and path (without its query) to (status,
+/// content type, body). Pure.
+pub fn respond(
+    method: &Method,
+    path: &str,
+    health: &dyn Health,
+) -> (StatusCode, &'static str, String) {
+    if method != Method::GET && method != Method::HEAD {
+        return (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "method not allowed\n".into(),
+        );
     }
     match path {
-        "/healthz" | "/livez" => (200, "text/plain", "ok\n".into()),
-        "/readyz" if health.ready() => (200, "text/plain", "ready\n".into()),
-        "/readyz" => (503, "text/plain", health.not_ready_reason()),
+        "/healthz" | "/livez" => (StatusCode::OK, "text/plain", "ok\n".into()),
+        "/readyz" if health.ready() => (StatusCode::OK, "text/plain", "ready\n".into()),
+        "/readyz" => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            health.not_ready_reason(),
+        ),
         // Two revisions of a hostNetwork pod share the admin port during a
         // surge rollout (SO_REUSEPORT) and the kernel hands a probe to either:
         // only the process of the revision asked for may answer ready.
@@ -43,11 +56,15 @@ pub fn respond(request_line: &str, health: &dyn Health) -> (u16, &'static str, S
             let asked = &revision["/readyz/".len()..];
             match health.revision() {
                 Some(own) if own == asked && health.ready() => {
-                    (200, "text/plain", "ready\n".into())
+                    (StatusCode::OK, "text/plain", "ready\n".into())
                 }
-                Some(own) if own == asked => (503, "text/plain", health.not_ready_reason()),
+                Some(own) if own == asked => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    health.not_ready_reason(),
+                ),
                 own => (
-                    503,
+                    StatusCode::SERVICE_UNAVAILABLE,
                     "text/plain",
                     format!(
                         "revision {asked} is not this process (revision {})\n",
@@ -57,26 +74,20 @@ pub fn respond(request_line: &str, health: &dyn Health) -> (u16, &'static str, S
             }
         }
         "/metrics" => (
-            200,
+            StatusCode::OK,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
             health.metrics(),
         ),
-        _ => (404, "text/plain", "not found\n".into()),
-    }
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        503 => "Service Unavailable",
-        _ => "Bad Request",
+        _ => (StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
     }
 }
 
 /// How long one connection may take, from accept to the answer sent.
 const DEADLINE: Duration = Duration::from_secs(5);
+
+/// The largest request head (request line and headers) read: probes and
+/// scrapers send a few hundred bytes; a larger head is refused with 431.
+const MAX_HEAD: usize = 2048;
 
 /// Serve until `shutdown` resolves. Each request has 5 s to complete.
 pub async fn serve(
@@ -93,6 +104,13 @@ async fn serve_within(
     shutdown: impl Future<Output = ()>,
     deadline: Duration,
 ) {
+    let mut http = http1::Builder::new();
+    http.keep_alive(false)
+        .max_header_size(MAX_HEAD)
+        // `deadline` bounds the whole connection, the head included; hyper's
+        // own header timeout would need a timer for nothing more.
+        .header_read_timeout(None)
+        .auto_date_header(false);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -103,51 +121,45 @@ async fn serve_within(
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 };
-                let health = health.clone();
-                tokio::spawn(async move {
-                    // A client that stalls must not hold a task forever.
-                    let _ = tokio::time::timeout(deadline, serve_one(stream, health)).await;
-                });
+                tokio::spawn(serve_one(http.clone(), stream, health.clone(), deadline));
             }
         }
     }
 }
 
-async fn serve_one(mut stream: TcpStream, health: Arc<dyn Health>) -> std::io::Result<()> {
-    let mut buf = [0u8; 2048];
-    let mut len = 0;
-    // Read the request head; probes and scrapers send tiny ones.
-    loop {
-        let n = stream.read(&mut buf[len..]).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        len += n;
-        let head = &buf[..len];
-        if head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n") {
-            break;
-        }
-        if len == buf.len() {
-            let refusal = "HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
-            return stream.write_all(refusal.as_bytes()).await;
-        }
-    }
-    let head = String::from_utf8_lossy(&buf[..len]);
-    let request_line = head.lines().next().unwrap_or("");
-    let (status, content_type, body) = respond(request_line, health.as_ref());
-    let head_only = request_line.starts_with("HEAD ");
-    let response = format!(
-        "HTTP/1.1 {status} {}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{}",
-        reason(status),
-        body.len(),
-        if head_only { "" } else { body.as_str() }
-    );
-    stream.write_all(response.as_bytes()).await?;
-    stream.shutdown().await
+/// Answer the one request of a connection. A client that stalls, sending
+/// its request or reading the answer, ends its own connection at `deadline`.
+async fn serve_one(
+    http: http1::Builder,
+    stream: TcpStream,
+    health: Arc<dyn Health>,
+    deadline: Duration,
+) {
+    let service = service_fn(move |request: Request<Incoming>| {
+        let response = response(&request, health.as_ref());
+        async move { Ok::<_, Infallible>(response) }
+    });
+    let connection = http.serve_connection(TokioIo::new(stream), service);
+    let _ = tokio::time::timeout(deadline, connection).await;
+}
+
+/// The answer to `request`. hyper sends a HEAD's answer without its body,
+/// with the length a GET's would have.
+fn response(request: &Request<Incoming>, health: &dyn Health) -> Response<Full<Bytes>> {
+    let (status, content_type, body) = respond(request.method(), request.uri().path(), health);
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    // Said to HTTP/1.0 clients too (hyper adds it for HTTP/1.1 only).
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 #[cfg(test)]
 mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
     use super::*;
 
     struct Fixed(bool);
@@ -160,14 +172,18 @@ mod tests {
         }
     }
 
+    fn get(path: &str, health: &dyn Health) -> (StatusCode, &'static str, String) {
+        respond(&Method::GET, path, health)
+    }
+
     #[test]
     fn routes() {
-        assert_eq!(respond("GET /healthz HTTP/1.1", &Fixed(false)).0, 200);
-        assert_eq!(respond("GET /readyz HTTP/1.1", &Fixed(false)).0, 503);
-        assert_eq!(respond("GET /readyz?verbose HTTP/1.1", &Fixed(true)).0, 200);
-        assert_eq!(respond("GET /metrics HTTP/1.1", &Fixed(true)).2, "m 1\n");
-        assert_eq!(respond("POST /healthz HTTP/1.1", &Fixed(true)).0, 405);
-        assert_eq!(respond("GET /nope HTTP/1.1", &Fixed(true)).0, 404);
+        assert_eq!(get("/healthz", &Fixed(false)).0, 200);
+        assert_eq!(get("/readyz", &Fixed(false)).0, 503);
+        assert_eq!(get("/readyz", &Fixed(true)).0, 200);
+        assert_eq!(get("/metrics", &Fixed(true)).2, "m 1\n");
+        assert_eq!(respond(&Method::POST, "/healthz", &Fixed(true)).0, 405);
+        assert_eq!(get("/nope", &Fixed(true)).0, 404);
     }
 
     struct Revision(&'static str, bool);
@@ -187,16 +203,13 @@ mod tests {
     fn a_revision_probe_is_ready_only_from_the_process_of_that_revision() {
         // The old pod of a surge rollout answers the new pod's probe: not ready.
         let old = Revision("aaa", true);
-        let (code, _, body) = respond("GET /readyz/bbb HTTP/1.1", &old);
+        let (code, _, body) = get("/readyz/bbb", &old);
         assert_eq!(code, 503);
         assert!(body.contains("revision bbb is not this process (revision aaa)"));
-        assert_eq!(respond("GET /readyz/aaa HTTP/1.1", &old).0, 200);
-        assert_eq!(
-            respond("GET /readyz/aaa HTTP/1.1", &Revision("aaa", false)).0,
-            503
-        );
+        assert_eq!(get("/readyz/aaa", &old).0, 200);
+        assert_eq!(get("/readyz/aaa", &Revision("aaa", false)).0, 503);
         // A process started without a revision never vouches for one.
-        assert_eq!(respond("GET /readyz/aaa HTTP/1.1", &Fixed(true)).0, 503);
+        assert_eq!(get("/readyz/aaa", &Fixed(true)).0, 503);
     }
 
     /// A server on a free local port, serving until the test ends.
