@@ -1,6 +1,6 @@
-//! The hub API: one `ControlPlaneIngress` per workload cluster. About 500
-//! lines because the CRD's schema is generated from these types and their
-//! docs: one file reads as the API reference, top to bottom.
+//! The hub API: one `ControlPlaneIngress` per workload cluster, in one
+//! file because the CRD's schema is generated from these types and their
+//! docs: it reads as the API reference, top to bottom.
 
 use std::collections::BTreeMap;
 

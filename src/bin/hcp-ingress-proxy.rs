@@ -4,8 +4,8 @@
 //! It runs on every workload node, so its resident memory counts once per
 //! node: the kernel maps a binary's pages around each one touched, and in the
 //! multi-subcommand binary the proxy's code lies spread among the
-//! controller's, so an idle proxy kept ~12 MiB of it resident. Linked alone,
-//! the binary holds only what the proxy reaches.
+//! controller's. Linked alone, the binary holds only what the proxy reaches
+//! (docs/proxy.md, "Runtime and resources").
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
@@ -13,8 +13,9 @@ use std::process::ExitCode;
 use clap::Parser;
 use hcp_ingress::proxy::{self, ProxyArgs};
 
-/// mimalloc instead of the libc's allocator: with musl's (the image's
-/// libc) a new connection cost 12-15 % more CPU; see docs/proxy.md.
+/// mimalloc instead of the libc's allocator: a new connection's handshakes
+/// allocate and free a few hundred small objects, which musl's allocator
+/// (the image's libc) serves slowly (docs/proxy.md).
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -1,7 +1,7 @@
 //! One reconciliation of a ControlPlaneIngress, as stages:
 //! fetch (stores, no API reads) → validate and build (pure, `render`) →
-//! apply (server-side apply, only what differs) → status. About 500 lines:
-//! the stages stay in one file, in the order they run.
+//! apply (server-side apply, only what differs) → status. The stages stay
+//! in one file, in the order they run.
 
 use std::{sync::Arc, time::Instant};
 

@@ -35,7 +35,12 @@ use super::{
     settings::Settings,
     sources,
 };
-use crate::{api::ControlPlaneIngress, render::conflict, telemetry::health};
+use crate::{
+    api::ControlPlaneIngress,
+    render::{RouteKind, conflict},
+    sources::SourceKind,
+    telemetry::health,
+};
 
 /// What the admin endpoints see.
 struct AdminState {
@@ -236,6 +241,9 @@ fn api_for(client: &Client, settings: &Settings, resource: &ApiResource) -> Api<
     }
 }
 
+/// One generation of the controllers: the watches of what `installed`
+/// holds, the ControlPlaneIngress Controller they trigger and one adapter
+/// per source kind, until `token` is cancelled.
 async fn run_controllers(
     client: &Client,
     installed: &Installed,
@@ -245,6 +253,51 @@ async fn run_controllers(
     state: &Arc<AdminState>,
     token: CancellationToken,
 ) {
+    let (cpis, controller) = watch_controlplaneingresses(client, settings, metrics, &token);
+    let (routes, controller) =
+        watch_routes(client, settings, &installed.routes, &token, controller);
+    let (clusters, controller) = watch_clusters(
+        client,
+        settings,
+        installed.cluster.clone(),
+        &cpis,
+        &token,
+        controller,
+    );
+    let watched = watch_sources(client, settings, &installed.sources, &token);
+    let reporter = Reporter {
+        controller: "hcp-ingress".into(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        routes: routes.clone(),
+        clusters: clusters.clone(),
+        cpis: cpis.clone(),
+        recorder: Recorder::new(client.clone(), reporter),
+        metrics: metrics.clone(),
+        leader: leader.clone(),
+        settings: settings.timing.clone(),
+        backoff: Backoff::default(),
+        workload_clients: Default::default(),
+        sources: Arc::new(
+            watched
+                .iter()
+                .map(|w| (w.kind, (w.cache.clone(), w.resource.clone())))
+                .collect::<SourceCaches>(),
+        ),
+    });
+    ready_once_synced(state, &token, &cpis, &routes, &clusters);
+    drive(controller, watched, ctx, settings, token).await;
+}
+
+/// The ControlPlaneIngress watch, and the Controller its changes trigger.
+fn watch_controlplaneingresses(
+    client: &Client,
+    settings: &Settings,
+    metrics: &Metrics,
+    token: &CancellationToken,
+) -> (Cache<ControlPlaneIngress>, Controller<ControlPlaneIngress>) {
     let cpi_api: Api<ControlPlaneIngress> = match &settings.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
@@ -261,14 +314,26 @@ async fn run_controllers(
             .combine(predicates::finalizers),
         Default::default(),
     );
-    let mut controller = Controller::for_stream(cpi_changes, (*cpis).clone());
+    let controller = Controller::for_stream(cpi_changes, (*cpis).clone());
+    (cpis, controller)
+}
 
-    // Route objects: one watch per installed kind, cached for the diff. Every
-    // object of the kind, not only ours: a route someone else made for one of
-    // our hosts is a conflict to report, and a provider's own route is what
-    // a ControlPlaneIngress that leaves the route to it reports on.
+/// Route objects: one watch per installed kind, cached for the diff. Every
+/// object of the kind, not only ours: a route someone else made for one of
+/// our hosts is a conflict to report, and a provider's own route is what
+/// a ControlPlaneIngress that leaves the route to it reports on.
+fn watch_routes(
+    client: &Client,
+    settings: &Settings,
+    installed: &HashMap<RouteKind, ApiResource>,
+    token: &CancellationToken,
+    mut controller: Controller<ControlPlaneIngress>,
+) -> (
+    HashMap<RouteKind, Cache<DynamicObject>>,
+    Controller<ControlPlaneIngress>,
+) {
     let mut routes = HashMap::new();
-    for (kind, resource) in &installed.routes {
+    for (kind, resource) in installed {
         // Filed by the hosts each routes and the object that controls it:
         // what every reconciliation asks of this cache.
         let kind_of = *kind;
@@ -285,55 +350,88 @@ async fn run_controllers(
         routes.insert(*kind, store);
         controller = controller.owns_stream_with(changes, resource.clone());
     }
+    (routes, controller)
+}
 
-    // CAPI Clusters: pause, owner reference, and reconcile when they change.
-    let clusters = if let Some(resource) = installed.cluster.clone() {
-        let (store, changes) = reflect(
-            api_for(client, settings, &resource),
-            watcher::Config::default(),
-            resource.clone(),
-            None,
-            token.clone(),
-        );
-        let index = cpis.clone();
-        // Every Cluster event looks through every ControlPlaneIngress: with
-        // thousands of each, the comparison must not allocate.
-        let to_cpis = move |cluster: DynamicObject| {
-            let (namespace, name) = (
-                cluster.metadata.namespace.as_deref(),
-                cluster.metadata.name.as_deref(),
-            );
-            index
-                .state()
-                .into_iter()
-                .filter(|c| {
-                    c.metadata.namespace.as_deref() == namespace
-                        && Some(c.spec.cluster_name.as_str()) == name
-                })
-                .map(|c| ObjectRef::from_obj(&*c))
-                .collect::<Vec<_>>()
-        };
-        // CAPI rewrites a Cluster's status often; only what a reconcile reads from it counts.
-        let changes = changes.predicate_filter(
-            predicates::generation
-                .combine(predicates::annotations)
-                .combine(|c: &DynamicObject| {
-                    super::workload::control_plane_initialized(Some(c)).map(u64::from)
-                }),
-            Default::default(),
-        );
-        controller = controller.watches_stream_with(changes, to_cpis, resource.clone());
-        Some((store, resource))
-    } else {
-        None
+/// CAPI Clusters, when installed: pause, owner reference, and reconcile
+/// when they change.
+fn watch_clusters(
+    client: &Client,
+    settings: &Settings,
+    installed: Option<ApiResource>,
+    cpis: &Cache<ControlPlaneIngress>,
+    token: &CancellationToken,
+    controller: Controller<ControlPlaneIngress>,
+) -> (
+    Option<(Cache<DynamicObject>, ApiResource)>,
+    Controller<ControlPlaneIngress>,
+) {
+    let Some(resource) = installed else {
+        return (None, controller);
     };
+    let (store, changes) = reflect(
+        api_for(client, settings, &resource),
+        watcher::Config::default(),
+        resource.clone(),
+        None,
+        token.clone(),
+    );
+    let index = cpis.clone();
+    // Every Cluster event looks through every ControlPlaneIngress: with
+    // thousands of each, the comparison must not allocate.
+    let to_cpis = move |cluster: DynamicObject| {
+        let (namespace, name) = (
+            cluster.metadata.namespace.as_deref(),
+            cluster.metadata.name.as_deref(),
+        );
+        index
+            .state()
+            .into_iter()
+            .filter(|c| {
+                c.metadata.namespace.as_deref() == namespace
+                    && Some(c.spec.cluster_name.as_str()) == name
+            })
+            .map(|c| ObjectRef::from_obj(&*c))
+            .collect::<Vec<_>>()
+    };
+    // CAPI rewrites a Cluster's status often; only what a reconcile reads from it counts.
+    let changes = changes.predicate_filter(
+        predicates::generation
+            .combine(predicates::annotations)
+            .combine(|c: &DynamicObject| {
+                super::workload::control_plane_initialized(Some(c)).map(u64::from)
+            }),
+        Default::default(),
+    );
+    let controller = controller.watches_stream_with(changes, to_cpis, resource.clone());
+    (Some((store, resource)), controller)
+}
 
-    // The adapters' caches come from `reflect` too: a kube Controller that
-    // owns its watcher never ends a graceful shutdown that arrives before its
-    // first list (its runner waits for a store nothing fills any more), and
-    // the watches would never restart after a lost lease.
-    let watched: Vec<_> = installed
-        .sources
+/// A source kind's watch: its cache, and the stream of its changes that
+/// the kind's adapter runs on.
+struct SourceWatch<S> {
+    kind: SourceKind,
+    resource: ApiResource,
+    cache: Cache<DynamicObject>,
+    changes: S,
+}
+
+/// One watch per installed source kind, for its adapter. The adapters'
+/// caches come from `reflect` too: a kube Controller that owns its watcher
+/// never ends a graceful shutdown that arrives before its first list (its
+/// runner waits for a store nothing fills any more), and the watches would
+/// never restart after a lost lease.
+fn watch_sources(
+    client: &Client,
+    settings: &Settings,
+    installed: &[(SourceKind, ApiResource)],
+    token: &CancellationToken,
+) -> Vec<
+    SourceWatch<
+        impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static,
+    >,
+> {
+    installed
         .iter()
         .map(|(kind, resource)| {
             let (store, changes) = reflect(
@@ -343,58 +441,60 @@ async fn run_controllers(
                 None,
                 token.clone(),
             );
-            (*kind, resource.clone(), store, changes)
-        })
-        .collect();
-    let all = Arc::new(
-        watched
-            .iter()
-            .map(|(kind, resource, store, _)| (*kind, (store.clone(), resource.clone())))
-            .collect::<SourceCaches>(),
-    );
-    let reporter = Reporter {
-        controller: "hcp-ingress".into(),
-        instance: std::env::var("POD_NAME").ok(),
-    };
-    let ctx = Arc::new(Context {
-        client: client.clone(),
-        routes: routes.clone(),
-        clusters: clusters.clone(),
-        cpis: cpis.clone(),
-        recorder: Recorder::new(client.clone(), reporter),
-        metrics: metrics.clone(),
-        leader: leader.clone(),
-        settings: settings.timing.clone(),
-        backoff: Backoff::default(),
-        workload_clients: Default::default(),
-        sources: all.clone(),
-    });
-
-    // Ready once every cache has its first full list.
-    {
-        let (state, token) = (state.clone(), token.clone());
-        let stores: Vec<_> = routes
-            .values()
-            .cloned()
-            .chain(clusters.iter().map(|c| c.0.clone()))
-            .collect();
-        let cpis = cpis.clone();
-        tokio::spawn(async move {
-            let synced = async {
-                cpis.synced().await;
-                tracing::debug!("ControlPlaneIngress cache synced");
-                for store in stores {
-                    store.synced().await;
-                }
-                tracing::debug!("route and Cluster caches synced");
-            };
-            tokio::select! {
-                _ = synced => state.synced.store(true, Ordering::Release),
-                _ = token.cancelled() => {}
+            SourceWatch {
+                kind: *kind,
+                resource: resource.clone(),
+                cache: store,
+                changes,
             }
-        });
-    }
+        })
+        .collect()
+}
 
+/// Ready once every cache has its first full list.
+fn ready_once_synced(
+    state: &Arc<AdminState>,
+    token: &CancellationToken,
+    cpis: &Cache<ControlPlaneIngress>,
+    routes: &HashMap<RouteKind, Cache<DynamicObject>>,
+    clusters: &Option<(Cache<DynamicObject>, ApiResource)>,
+) {
+    let (state, token) = (state.clone(), token.clone());
+    let stores: Vec<_> = routes
+        .values()
+        .cloned()
+        .chain(clusters.iter().map(|c| c.0.clone()))
+        .collect();
+    let cpis = cpis.clone();
+    tokio::spawn(async move {
+        let synced = async {
+            cpis.synced().await;
+            tracing::debug!("ControlPlaneIngress cache synced");
+            for store in stores {
+                store.synced().await;
+            }
+            tracing::debug!("route and Cluster caches synced");
+        };
+        tokio::select! {
+            _ = synced => state.synced.store(true, Ordering::Release),
+            _ = token.cancelled() => {}
+        }
+    });
+}
+
+/// Run the ControlPlaneIngress Controller and the source adapters until
+/// `token` is cancelled and each has ended.
+async fn drive(
+    controller: Controller<ControlPlaneIngress>,
+    watched: Vec<
+        SourceWatch<
+            impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static,
+        >,
+    >,
+    ctx: Arc<Context>,
+    settings: &Settings,
+    token: CancellationToken,
+) {
     let main = controller
         .with_config(Config::default().concurrency(settings.concurrency))
         .graceful_shutdown_on(token.clone().cancelled_owned())
@@ -404,13 +504,13 @@ async fn run_controllers(
                 tracing::debug!(%error, "controller event");
             }
         });
-    let adapters = watched.into_iter().map(|(kind, resource, store, changes)| {
+    let adapters = watched.into_iter().map(|watch| {
         sources::run(
             ctx.clone(),
-            kind,
-            resource,
-            ((*store).clone(), changes),
-            all.clone(),
+            watch.kind,
+            watch.resource,
+            ((*watch.cache).clone(), watch.changes),
+            ctx.sources.clone(),
             settings.concurrency,
             token.clone(),
         )

@@ -3,9 +3,8 @@
 //! [`file`] is the schema of the file, shared with the controller's render
 //! ([`RawConfig`], every key optional where a default exists); [`validate`]
 //! turns it into a [`Config`] whose values are all checked, with errors that
-//! name the key at fault. About 530 lines: one validation per key of the
-//! file, in the file's order, so that each error message sits next to the
-//! key it names.
+//! name the key at fault: one function per section of the file, in the
+//! file's order, so that each error message sits next to the key it names.
 
 pub mod file;
 
@@ -235,22 +234,60 @@ pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
     validate(parse(&text)?)
 }
 
-/// Check every value and fill defaults.
+/// Check every value and fill defaults, section by section in the file's order.
 pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
-    let l = raw.listen.unwrap_or_default();
+    let listen = validate_listen(raw.listen.unwrap_or_default())?;
+    let mode = raw.mode.unwrap_or_default();
+    let upstream = validate_upstream(raw.upstream)?;
+    let tls = validate_tls(raw.tls, mode)?;
+    let passthrough_server_names =
+        validate_passthrough_server_names(raw.passthrough_server_names, &upstream)?;
+    let admin = validate_admin(raw.admin)?;
+    let timeouts = validate_timeouts(raw.timeouts.unwrap_or_default())?;
+    let (max_connections, max_client_hello_bytes) =
+        validate_limits(raw.limits.unwrap_or_default())?;
+    let reload_interval = duration(
+        "reload.interval",
+        raw.reload.and_then(|r| r.interval).as_ref(),
+        Duration::from_secs(2),
+    )?;
+    let log = raw.log.unwrap_or_default();
+    let worker_threads = ranged("workerThreads", raw.worker_threads, 1, 1, 64)? as usize;
+    let pool_max_connections = validate_pool(raw.pool, mode)?;
+
+    Ok(Config {
+        listen,
+        mode,
+        upstream,
+        tls,
+        passthrough_server_names,
+        admin,
+        timeouts,
+        max_connections,
+        max_client_hello_bytes,
+        reload_interval,
+        log_format: log.format.unwrap_or_default(),
+        log_level: log.level.unwrap_or_else(|| "info".to_string()),
+        worker_threads,
+        pool_max_connections,
+    })
+}
+
+/// The `listen` section.
+fn validate_listen(l: RawListen) -> Result<Listen, ConfigError> {
     let address = match &l.address {
         Some(a) => parse_ip("listen.address", a)?,
         None => IpAddr::from([240, 0, 0, 1]),
     };
     let port = ranged("listen.port", l.port, 443, 1, 65535)? as u16;
-    let interface = l.interface.clone().unwrap_or_else(|| "lo".to_string());
+    let interface = l.interface.unwrap_or_else(|| "lo".to_string());
     if interface.is_empty() || interface.len() > 15 || interface.contains(['/', ' ']) {
         return Err(ConfigError::invalid(
             "listen.interface",
             format!("{interface:?} is not an interface name (1-15 characters, no '/' or space)"),
         ));
     }
-    let listen = Listen {
+    Ok(Listen {
         addr: SocketAddr::new(address, port),
         interface,
         // Unspecified and loopback addresses are already local.
@@ -263,24 +300,13 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             Duration::from_secs(30),
         )?,
         backlog: ranged("listen.backlog", l.backlog, 1024, 1, 65535)? as u32,
-    };
+    })
+}
 
-    let mode = raw.mode.unwrap_or_default();
-
-    let u = raw
-        .upstream
-        .ok_or_else(|| ConfigError::invalid("upstream", "is required"))?;
-    let server_name = u
-        .server_name
-        .clone()
-        .ok_or_else(|| ConfigError::invalid("upstream.serverName", "is required"))?;
-    check_hostname("upstream.serverName", &server_name)?;
-    if server_name.contains('*') {
-        return Err(ConfigError::invalid(
-            "upstream.serverName",
-            "must not be a wildcard",
-        ));
-    }
+/// The `upstream` section, required.
+fn validate_upstream(raw: Option<RawUpstream>) -> Result<Upstream, ConfigError> {
+    let u = raw.ok_or_else(|| ConfigError::invalid("upstream", "is required"))?;
+    let server_name = validate_server_name(u.server_name)?;
     let mut addresses = Vec::new();
     for (i, a) in u.addresses.iter().flatten().enumerate() {
         let ip = parse_ip(&format!("upstream.addresses[{i}]"), a)?;
@@ -288,31 +314,15 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             addresses.push(ip);
         }
     }
-    let ca_file = u.ca_file.clone().ok_or_else(|| {
+    let ca_file = u.ca_file.ok_or_else(|| {
         ConfigError::invalid(
             "upstream.caFile",
             "is required (the upstream certificate is always verified)",
         )
     })?;
     let h = u.health_check.unwrap_or_default();
-    let dns = u.dns.unwrap_or_default();
-    let dns_min_ttl = duration(
-        "upstream.dns.minTtl",
-        dns.min_ttl.as_ref(),
-        Duration::from_secs(5),
-    )?;
-    let dns_max_ttl = duration(
-        "upstream.dns.maxTtl",
-        dns.max_ttl.as_ref(),
-        Duration::from_secs(300),
-    )?;
-    if dns_max_ttl < dns_min_ttl {
-        return Err(ConfigError::invalid(
-            "upstream.dns.maxTtl",
-            "must not be below upstream.dns.minTtl",
-        ));
-    }
-    let upstream = Upstream {
+    let (dns_min_ttl, dns_max_ttl) = validate_dns(u.dns.unwrap_or_default())?;
+    Ok(Upstream {
         port: ranged("upstream.port", u.port, 443, 1, 65535)? as u16,
         server_name: normalize_name(&server_name),
         addresses,
@@ -330,9 +340,48 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         )?,
         dns_min_ttl,
         dns_max_ttl,
-    };
+    })
+}
 
-    let tls = match raw.tls {
+/// `upstream.serverName`, required: a host name, not a wildcard.
+fn validate_server_name(raw: Option<String>) -> Result<String, ConfigError> {
+    let server_name =
+        raw.ok_or_else(|| ConfigError::invalid("upstream.serverName", "is required"))?;
+    check_hostname("upstream.serverName", &server_name)?;
+    if server_name.contains('*') {
+        return Err(ConfigError::invalid(
+            "upstream.serverName",
+            "must not be a wildcard",
+        ));
+    }
+    Ok(server_name)
+}
+
+/// `upstream.dns`: the bounds of a DNS answer's TTL, (min, max).
+fn validate_dns(dns: RawDns) -> Result<(Duration, Duration), ConfigError> {
+    let dns_min_ttl = duration(
+        "upstream.dns.minTtl",
+        dns.min_ttl.as_ref(),
+        Duration::from_secs(5),
+    )?;
+    let dns_max_ttl = duration(
+        "upstream.dns.maxTtl",
+        dns.max_ttl.as_ref(),
+        Duration::from_secs(300),
+    )?;
+    if dns_max_ttl < dns_min_ttl {
+        return Err(ConfigError::invalid(
+            "upstream.dns.maxTtl",
+            "must not be below upstream.dns.minTtl",
+        ));
+    }
+    Ok((dns_min_ttl, dns_max_ttl))
+}
+
+/// The `tls` section: both files when set, and set in a mode that
+/// terminates TLS.
+fn validate_tls(raw: Option<RawTls>, mode: Mode) -> Result<Option<Tls>, ConfigError> {
+    let tls = match raw {
         Some(t) => Some(Tls {
             cert_file: t.cert_file.ok_or_else(|| {
                 ConfigError::invalid("tls.certFile", "is required when tls is set")
@@ -349,30 +398,42 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             format!("is required in mode {}", mode.as_str()),
         ));
     }
+    Ok(tls)
+}
 
-    let passthrough_server_names = match raw.passthrough_server_names {
+/// `passthroughServerNames`, normalised.
+fn validate_passthrough_server_names(
+    raw: Option<Vec<String>>,
+    upstream: &Upstream,
+) -> Result<Vec<String>, ConfigError> {
+    match raw {
         Some(names) => {
             let mut out = Vec::new();
             for (i, n) in names.iter().enumerate() {
                 check_hostname(&format!("passthroughServerNames[{i}]"), n)?;
                 out.push(normalize_name(n));
             }
-            out
+            Ok(out)
         }
         // A client that already names the API host keeps its end-to-end TLS.
-        None => vec![upstream.server_name.clone()],
-    };
+        None => Ok(vec![upstream.server_name.clone()]),
+    }
+}
 
-    let admin = match raw.admin.and_then(|a| a.address) {
+/// `admin.address`: `None` when set empty.
+fn validate_admin(raw: Option<RawAdmin>) -> Result<Option<SocketAddr>, ConfigError> {
+    Ok(match raw.and_then(|a| a.address) {
         Some(a) if a.is_empty() => None,
         Some(a) => Some(a.parse::<SocketAddr>().map_err(|_| {
             ConfigError::invalid("admin.address", format!("{a:?} is not an address:port"))
         })?),
         None => Some(SocketAddr::from(([127, 0, 0, 1], 9445))),
-    };
+    })
+}
 
-    let t = raw.timeouts.unwrap_or_default();
-    let timeouts = Timeouts {
+/// The `timeouts` section.
+fn validate_timeouts(t: RawTimeouts) -> Result<Timeouts, ConfigError> {
+    Ok(Timeouts {
         handshake: duration(
             "timeouts.handshake",
             t.handshake.as_ref(),
@@ -390,8 +451,11 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             t.tcp_keepalive.as_ref(),
             Duration::from_secs(30),
         )?,
-    };
-    let lim = raw.limits.unwrap_or_default();
+    })
+}
+
+/// The `limits` section: (maxConnections, maxClientHelloBytes).
+fn validate_limits(lim: RawLimits) -> Result<(usize, usize), ConfigError> {
     let max_connections = ranged(
         "limits.maxConnections",
         lim.max_connections,
@@ -410,14 +474,12 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         512,
         64 * 1024,
     )? as usize;
-    let reload_interval = duration(
-        "reload.interval",
-        raw.reload.and_then(|r| r.interval).as_ref(),
-        Duration::from_secs(2),
-    )?;
-    let log = raw.log.unwrap_or_default();
-    let worker_threads = ranged("workerThreads", raw.worker_threads, 1, 1, 64)? as usize;
-    if raw.pool.is_some() && mode != Mode::Pooled {
+    Ok((max_connections, max_client_hello_bytes))
+}
+
+/// The `pool` section, in pooled mode only: its maxConnections.
+fn validate_pool(raw: Option<RawPool>, mode: Mode) -> Result<usize, ConfigError> {
+    if raw.is_some() && mode != Mode::Pooled {
         return Err(ConfigError::invalid(
             "pool",
             format!("applies to mode pooled only, not {}", mode.as_str()),
@@ -425,30 +487,13 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     }
     // Four connections carry hundreds of concurrent streams each; more
     // would defeat the point of pooling (O(nodes) upstream connections).
-    let pool_max_connections = ranged(
+    Ok(ranged(
         "pool.maxConnections",
-        raw.pool.and_then(|p| p.max_connections),
+        raw.and_then(|p| p.max_connections),
         4,
         1,
         64,
-    )? as usize;
-
-    Ok(Config {
-        listen,
-        mode,
-        upstream,
-        tls,
-        passthrough_server_names,
-        admin,
-        timeouts,
-        max_connections,
-        max_client_hello_bytes,
-        reload_interval,
-        log_format: log.format.unwrap_or_default(),
-        log_level: log.level.unwrap_or_else(|| "info".to_string()),
-        worker_threads,
-        pool_max_connections,
-    })
+    )? as usize)
 }
 
 fn dur(d: Duration) -> Option<String> {

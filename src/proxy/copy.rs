@@ -213,10 +213,9 @@ pub struct CopyBidi<'a, A: ?Sized, B: ?Sized> {
 }
 
 /// Ticks per idle timeout. Moving bytes only sets a flag (no clock read,
-/// no timer touched per chunk: both showed in the keep-alive profile); a
-/// tick with no byte moved since the one before counts as quiet, and a
-/// copy ends after `TICKS` quiet ticks in a row: between 1 and 1 + 1/TICKS
-/// idle timeouts after its last byte.
+/// no timer touched per chunk); a tick with no byte moved since the one
+/// before counts as quiet, and a copy ends after `TICKS` quiet ticks in a
+/// row: between 1 and 1 + 1/TICKS idle timeouts after its last byte.
 const TICKS: u32 = 4;
 
 /// Build the copy future.

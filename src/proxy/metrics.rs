@@ -6,6 +6,16 @@ use prometheus_client::{
     registry::Registry,
 };
 
+/// Register metrics with `$registry`, one row a metric: the field of
+/// `$metrics`, the name and the help, in the order `/metrics` lists them. A
+/// macro rather than a loop because the fields differ in type.
+macro_rules! register {
+    ($registry:expr, $metrics:expr; $($field:ident, $name:literal, $help:literal;)+) => {
+        $($registry.register($name, $help, $metrics.$field.clone());)+
+    };
+}
+pub(super) use register;
+
 /// Label: the path a connection took.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PathLabel {
@@ -137,103 +147,51 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Create and register every metric.
+    /// Create and register every metric. The groups register in the order
+    /// `/metrics` lists them, each with its series that start at 0.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("hcp_proxy");
-        let connections = Family::<PathLabel, Counter>::default();
-        let active = Family::<PathLabel, Gauge>::default();
-        let bytes = Family::<BytesLabel, Counter>::default();
-        let handshake_errors = Family::<ReasonLabel, Counter>::default();
-        let upstream_errors = Family::<ReasonLabel, Counter>::default();
-        let upstream_healthy = Family::<AddressLabel, Gauge>::default();
-        let refused = Family::<ReasonLabel, Counter>::default();
-        let accept_errors = Family::<ReasonLabel, Counter>::default();
-        let stream_errors = Family::<StreamLabel, Counter>::default();
-        // 100 µs .. ~3.3 s.
-        let connect_seconds = Histogram::new(
-            prometheus_client::metrics::histogram::exponential_buckets(0.0001, 2.0, 16),
-        );
-        let reloads = Family::<ResultLabel, Counter>::default();
-        let upstream_handshakes = Family::<KindLabel, Counter>::default();
-        let tls_key_exchanges = Family::<KxLabel, Counter>::default();
-        let connection_panics = Counter::default();
-        let certificate_expiry = Family::<FileLabel, Gauge>::default();
-        registry.register(
-            "connections",
-            "Accepted client connections by path",
-            connections.clone(),
-        );
-        registry.register(
-            "connections_active",
-            "Open client connections by path",
-            active.clone(),
-        );
-        registry.register(
-            "bytes",
-            "Bytes forwarded by path and direction",
-            bytes.clone(),
-        );
-        registry.register(
-            "handshake_errors",
-            "Client connections closed before forwarding, by reason",
-            handshake_errors.clone(),
-        );
-        registry.register(
-            "upstream_errors",
-            "Failed upstream attempts by reason",
-            upstream_errors.clone(),
-        );
-        registry.register(
-            "connections_refused",
-            "Client connections accepted and closed at once (reset), by reason",
-            refused.clone(),
-        );
-        registry.register(
-            "accept_errors",
-            "Failed accepts by reason; the client waits in the backlog",
-            accept_errors.clone(),
-        );
-        registry.register(
-            "stream_errors",
-            "Forwarding connections ended by an error, by side and reason",
-            stream_errors.clone(),
-        );
-        registry.register(
-            "upstream_healthy",
-            "1 when the upstream address passed its last health check",
-            upstream_healthy.clone(),
-        );
-        registry.register(
-            "upstream_connect_seconds",
-            "Time to a usable upstream connection",
-            connect_seconds.clone(),
-        );
-        registry.register(
-            "upstream_tls_handshakes",
-            "Upstream TLS handshakes of the reencrypt path by kind (full, resumed)",
-            upstream_handshakes.clone(),
-        );
-        registry.register(
-            "tls_key_exchanges",
-            "TLS handshakes of the reencrypt and pooled paths by leg (client, upstream) and key exchange group",
-            tls_key_exchanges.clone(),
-        );
-        registry.register(
-            "connection_panics",
-            "Connections ended by a panic (a bug; the process goes on)",
-            connection_panics.clone(),
-        );
-        registry.register(
-            "reloads",
-            "Config and certificate reloads by result",
-            reloads.clone(),
-        );
-        registry.register(
-            "certificate_expiry_timestamp_seconds",
-            "End of validity (Unix seconds) of the serving certificate in force",
-            certificate_expiry.clone(),
-        );
-        let pool = super::pool::PoolMetrics::register(&mut registry);
+        let mut m = Self::unregistered();
+        m.register_traffic();
+        m.register_failures();
+        m.register_upstream();
+        m.register_process();
+        m.pool = super::pool::PoolMetrics::register(&mut m.registry);
+        m
+    }
+
+    /// Every metric, empty and not yet in the registry.
+    fn unregistered() -> Self {
+        Self {
+            registry: Registry::with_prefix("hcp_proxy"),
+            connections: Family::default(),
+            active: Family::default(),
+            bytes: Family::default(),
+            handshake_errors: Family::default(),
+            upstream_errors: Family::default(),
+            refused: Family::default(),
+            accept_errors: Family::default(),
+            stream_errors: Family::default(),
+            upstream_healthy: Family::default(),
+            // 100 µs .. ~3.3 s.
+            connect_seconds: Histogram::new(
+                prometheus_client::metrics::histogram::exponential_buckets(0.0001, 2.0, 16),
+            ),
+            upstream_handshakes: Family::default(),
+            tls_key_exchanges: Family::default(),
+            connection_panics: Counter::default(),
+            reloads: Family::default(),
+            certificate_expiry: Family::default(),
+            pool: Default::default(),
+        }
+    }
+
+    /// Connections and bytes by path, every path's series from the start.
+    fn register_traffic(&mut self) {
+        register! { self.registry, self;
+            connections, "connections", "Accepted client connections by path";
+            active, "connections_active", "Open client connections by path";
+            bytes, "bytes", "Bytes forwarded by path and direction";
+        }
         for path in [
             "reencrypt",
             "pooled",
@@ -241,15 +199,30 @@ impl Metrics {
             "proxy-protocol",
             "sni-passthrough",
         ] {
-            let _ = connections.get_or_create(&PathLabel { path });
-            let _ = active.get_or_create(&PathLabel { path });
+            let _ = self.connections.get_or_create(&PathLabel { path });
+            let _ = self.active.get_or_create(&PathLabel { path });
             for direction in ["upstream", "downstream"] {
-                let _ = bytes.get_or_create(&BytesLabel { path, direction });
+                let _ = self.bytes.get_or_create(&BytesLabel { path, direction });
             }
         }
-        // Present at 0, so an alert on its rate sees the first increment and
-        // a dashboard shows 0 rather than "no data" (the reasons of docs/metrics.md).
-        let _ = refused.get_or_create(&ReasonLabel { reason: "limit" });
+    }
+
+    /// What ended a connection or refused one, by reason. Every reason is
+    /// present at 0, so an alert on its rate sees the first increment and a
+    /// dashboard shows 0 rather than "no data" (the reasons of docs/metrics.md).
+    fn register_failures(&mut self) {
+        register! { self.registry, self;
+            handshake_errors, "handshake_errors",
+                "Client connections closed before forwarding, by reason";
+            upstream_errors, "upstream_errors", "Failed upstream attempts by reason";
+            refused, "connections_refused",
+                "Client connections accepted and closed at once (reset), by reason";
+            accept_errors, "accept_errors",
+                "Failed accepts by reason; the client waits in the backlog";
+            stream_errors, "stream_errors",
+                "Forwarding connections ended by an error, by side and reason";
+        }
+        let _ = self.refused.get_or_create(&ReasonLabel { reason: "limit" });
         for reason in [
             "not_tls",
             "malformed",
@@ -259,7 +232,7 @@ impl Metrics {
             "timeout",
             "tls",
         ] {
-            let _ = handshake_errors.get_or_create(&ReasonLabel { reason });
+            let _ = self.handshake_errors.get_or_create(&ReasonLabel { reason });
         }
         for reason in [
             "refused",
@@ -271,21 +244,34 @@ impl Metrics {
             "health_check",
             "dns",
         ] {
-            let _ = upstream_errors.get_or_create(&ReasonLabel { reason });
+            let _ = self.upstream_errors.get_or_create(&ReasonLabel { reason });
         }
         for reason in ["fds", "memory", "other"] {
-            let _ = accept_errors.get_or_create(&ReasonLabel { reason });
+            let _ = self.accept_errors.get_or_create(&ReasonLabel { reason });
         }
         for side in ["client", "upstream"] {
             for reason in ["reset", "truncated", "timeout", "tls", "io"] {
-                let _ = stream_errors.get_or_create(&StreamLabel { side, reason });
+                let _ = self
+                    .stream_errors
+                    .get_or_create(&StreamLabel { side, reason });
             }
         }
-        for result in ["success", "failure"] {
-            let _ = reloads.get_or_create(&ResultLabel { result });
+    }
+
+    /// The upstream's health, connect time and TLS handshakes, and the key
+    /// exchanges of both legs.
+    fn register_upstream(&mut self) {
+        register! { self.registry, self;
+            upstream_healthy, "upstream_healthy",
+                "1 when the upstream address passed its last health check";
+            connect_seconds, "upstream_connect_seconds", "Time to a usable upstream connection";
+            upstream_handshakes, "upstream_tls_handshakes",
+                "Upstream TLS handshakes of the reencrypt path by kind (full, resumed)";
+            tls_key_exchanges, "tls_key_exchanges",
+                "TLS handshakes of the reencrypt and pooled paths by leg (client, upstream) and key exchange group";
         }
         for kind in ["full", "resumed"] {
-            let _ = upstream_handshakes.get_or_create(&KindLabel { kind });
+            let _ = self.upstream_handshakes.get_or_create(&KindLabel { kind });
         }
         for leg in ["client", "upstream"] {
             for group in [
@@ -296,27 +282,24 @@ impl Metrics {
                 "other",
                 "none",
             ] {
-                let _ = tls_key_exchanges.get_or_create(&KxLabel { leg, group });
+                let _ = self
+                    .tls_key_exchanges
+                    .get_or_create(&KxLabel { leg, group });
             }
         }
-        Self {
-            registry,
-            connections,
-            active,
-            bytes,
-            handshake_errors,
-            upstream_errors,
-            upstream_healthy,
-            refused,
-            accept_errors,
-            stream_errors,
-            connect_seconds,
-            upstream_handshakes,
-            tls_key_exchanges,
-            connection_panics,
-            reloads,
-            certificate_expiry,
-            pool,
+    }
+
+    /// The process: panics, reloads, the serving certificate's expiry.
+    fn register_process(&mut self) {
+        register! { self.registry, self;
+            connection_panics, "connection_panics",
+                "Connections ended by a panic (a bug; the process goes on)";
+            reloads, "reloads", "Config and certificate reloads by result";
+            certificate_expiry, "certificate_expiry_timestamp_seconds",
+                "End of validity (Unix seconds) of the serving certificate in force";
+        }
+        for result in ["success", "failure"] {
+            let _ = self.reloads.get_or_create(&ResultLabel { result });
         }
     }
 

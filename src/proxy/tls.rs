@@ -118,8 +118,7 @@ pub fn certs(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, Tl
 /// TLS 1.3 tickets kept per upstream name. A ticket is used once and a
 /// connection takes one as it starts, so the stock must cover the
 /// connections a node opens at once: rustls's memory cache keeps 8 per
-/// server, and with 50 connections opening together only 41 % of the
-/// upstream handshakes to a TLS 1.3 tenant resumed (100 % with this store).
+/// server, fewer than a burst of new connections takes (docs/proxy.md).
 /// A ticket is a few hundred bytes (the certificate chain is shared).
 const TLS13_TICKETS: usize = 128;
 
@@ -158,9 +157,9 @@ impl ClientSessionStore for SessionStore {
     /// A server that settled on TLS 1.2 ignores the TLS 1.3 key share our
     /// ClientHello still carries, so it gets the cheapest one (X25519)
     /// from then on instead of the hybrid post-quantum one (an ML-KEM key
-    /// pair made for nothing, ~5 % of a new connection's CPU). rustls keeps
-    /// X25519MLKEM768 first in the groups offered, and replaces this hint
-    /// with the group agreed as soon as the server speaks TLS 1.3.
+    /// pair made for nothing). rustls keeps X25519MLKEM768 first in the
+    /// groups offered, and replaces this hint with the group agreed as soon
+    /// as the server speaks TLS 1.3.
     fn set_tls12_session(&self, server_name: ServerName<'static>, value: Tls12ClientSessionValue) {
         if self.inner.kx_hint(&server_name).is_none() {
             self.inner

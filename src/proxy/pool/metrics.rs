@@ -6,6 +6,8 @@ use prometheus_client::{
     registry::Registry,
 };
 
+use crate::proxy::metrics::register;
+
 /// Label: how a request reached the upstream.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabel {
@@ -34,15 +36,7 @@ impl PoolMetrics {
     /// Register every metric (prefix of `registry`: `hcp_proxy`).
     pub fn register(registry: &mut Registry) -> Self {
         let m = Self::default();
-        // One row a metric: field, name, help, registered in this order (the
-        // order /metrics lists them). A macro rather than a loop because the
-        // fields differ in type.
-        macro_rules! register {
-            ($($field:ident, $name:literal, $help:literal;)+) => {
-                $(registry.register($name, $help, m.$field.clone());)+
-            };
-        }
-        register! {
+        register! { registry, m;
             connections, "pool_upstream_connections",
                 "Pooled HTTP/2 upstream connections open now";
             connections_opened, "pool_upstream_connections_opened",

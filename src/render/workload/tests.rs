@@ -1,7 +1,7 @@
 //! Unit tests of the workload render: the node proxy and its steering here,
 //! the patches to workloads that are not ours (cloud-controller-manager,
-//! konnectivity-agent) in [`ccm`]. Over 500 lines because every object kind
-//! and mode gets its own readable fixture.
+//! konnectivity-agent) in [`ccm`]. Every object kind and mode gets its own
+//! readable fixture.
 
 mod ccm;
 
