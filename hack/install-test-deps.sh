@@ -7,6 +7,7 @@
 # dnsmasq-base: a real DNS server for the doctor test (no system service);
 # musl-tools: the image's static build (hack/check-image-proxy.sh);
 # the shellcheck package: actionlint checks the release workflow's scripts with it;
+# python3-venv: the virtualenvs below and lychee's (hack/install-tool.sh);
 # lua-json: the json module haproxy-ingress's Lua loads (Debian's HAProxy 2.6
 # runs Lua 5.3), for test/ingress;
 # runc + containernetworking-plugins: the real node's runtime and pod network
@@ -18,7 +19,7 @@ SUDO=""
 bash "$(dirname "$0")/install-run-deps.sh"
 $SUDO apt-get install -y --no-install-recommends \
   haproxy nginx libnginx-mod-stream iproute2 iptables wrk openssl python3 ca-certificates curl dnsmasq-base musl-tools lua-json \
-  shellcheck runc containernetworking-plugins
+  shellcheck runc containernetworking-plugins python3-venv
 # The packages start system services; tests start their own instances.
 $SUDO service haproxy stop >/dev/null 2>&1 || true
 $SUDO service nginx stop >/dev/null 2>&1 || true
@@ -63,7 +64,8 @@ bash "$(dirname "$0")/install-helm.sh" >/dev/null
 bash "$(dirname "$0")/install-promql.sh" >/dev/null
 # The image and the release (hack/check-image-proxy.sh, hack/build-image-tarball.sh,
 # test/release): cargo-auditable from crates.io, go-containerregistry's image
-# writer and actionlint from the Go module proxy, pinned in hack/install-tool.sh.
-for tool in cargo-auditable ociimage actionlint; do
+# writer and actionlint from the Go module proxy; the book (hack/book.sh):
+# mdBook from crates.io and lychee from PyPI; all pinned in hack/install-tool.sh.
+for tool in cargo-auditable ociimage actionlint mdbook lychee; do
   bash "$(dirname "$0")/install-tool.sh" "$tool" >/dev/null
 done

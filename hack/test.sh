@@ -52,6 +52,10 @@ bash hack/install-promql.sh >/dev/null
 # The image's and the release's tools (test/release), likewise.
 for tool in cargo-auditable ociimage actionlint; do bash hack/install-tool.sh "$tool" >/dev/null; done
 cargo fmt --all -- --check
+# The book (docs/, book.toml): built, and every link and anchor in it and in
+# README.md checked, offline; a broken one fails here, before clippy and the
+# suite.
+bash hack/book.sh
 cargo clippy --workspace --all-targets --locked -- -D warnings
 bash hack/audit.sh
 musl_bins="$(bash hack/check-image-proxy.sh)"
