@@ -309,7 +309,7 @@ pub fn release_components() -> Vec<Value> {
             .args(["kustomize", "config/default"])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .output()
-            .expect("kubectl runs (hack/install-test-deps.sh installs it)");
+            .expect("kubectl on PATH, with its built-in kustomize (no script installs it: docs/development.md, tier 2)");
         assert!(
             out.status.success(),
             "kubectl kustomize config/default: {}",
