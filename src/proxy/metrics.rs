@@ -6,15 +6,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-/// Register metrics with `$registry`, one row a metric: the field of
-/// `$metrics`, the name and the help, in the order `/metrics` lists them. A
-/// macro rather than a loop because the fields differ in type.
-macro_rules! register {
-    ($registry:expr, $metrics:expr; $($field:ident, $name:literal, $help:literal;)+) => {
-        $($registry.register($name, $help, $metrics.$field.clone());)+
-    };
-}
-pub(super) use register;
+use super::registry::register;
 
 /// Label: the path a connection took.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod netlink;
 pub mod pool;
 pub mod proxy_protocol;
+mod registry;
 pub mod reload;
 pub mod server;
 pub mod state;

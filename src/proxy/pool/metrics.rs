@@ -6,7 +6,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::proxy::metrics::register;
+use crate::proxy::registry::register;
 
 /// Label: how a request reached the upstream.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
