@@ -381,6 +381,52 @@ pub fn restore(record: &SteeringRecord, mode: Steering, live: &Live) -> Result<R
     Ok(restore)
 }
 
+/// Our EndpointSlice `default/kubernetes` with the addresses and ports of
+/// `endpoints` (a provider's, without the skip-mirror label, which only the
+/// mirroring controller turns into a slice): written before service
+/// steering's first selector, it carries the traffic from the moment the
+/// selector makes the mirroring controller delete its slice until the
+/// EndpointSlice controller has made the proxy pods'. `None` when
+/// `endpoints` hold no address.
+pub fn bridge_slice(endpoints: &Endpoints) -> Option<DynamicObject> {
+    let subsets = endpoints.subsets.as_deref().unwrap_or_default();
+    let addresses: Vec<&str> = subsets
+        .iter()
+        .flat_map(|s| s.addresses.iter().flatten())
+        .map(|a| a.ip.as_str())
+        .collect();
+    let first: IpAddr = addresses.first()?.parse().ok()?;
+    // A slice holds one family: the first address's.
+    let ready = json!({"ready": true, "serving": true, "terminating": false});
+    let endpoints: Vec<Value> = addresses
+        .into_iter()
+        .filter(|a| {
+            a.parse::<IpAddr>()
+                .is_ok_and(|ip| ip.is_ipv6() == first.is_ipv6())
+        })
+        .map(|a| json!({"addresses": [a], "conditions": ready}))
+        .collect();
+    let ports: Vec<Value> = subsets
+        .iter()
+        .flat_map(|s| s.ports.iter().flatten())
+        .map(|p| json!({"name": p.name, "port": p.port, "protocol": p.protocol}))
+        .collect();
+    let mut labels = own_labels();
+    labels.insert(SERVICE_NAME_LABEL.into(), "kubernetes".into());
+    labels.insert(
+        "endpointslice.kubernetes.io/managed-by".into(),
+        ENDPOINT_SLICE_MANAGER.into(),
+    );
+    dynamic(json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "kubernetes", "namespace": "default", "labels": labels},
+        "addressType": if first.is_ipv6() { "IPv6" } else { "IPv4" },
+        "endpoints": endpoints,
+        "ports": ports,
+    }))
+    .ok()
+}
+
 /// A partial Service with no field: applied with our manager, it drops the
 /// fields we set, whatever they were before.
 fn drop_service_fields() -> (DynamicObject, String) {

@@ -4,7 +4,7 @@
 
 use kube::api::DynamicObject;
 
-use super::pass::{Pass, Record, Seen, Wanted, kind_of};
+use super::pass::{Pass, Record, Seen, Wanted, is_ours, kind_of};
 use crate::{
     api::Steering,
     controller::{
@@ -50,6 +50,17 @@ pub(super) fn steer(
             "Endpoints" => plan.apply(object.clone(), seen.endpoints.clone()),
             _ => plan.apply(object.clone(), seen.endpoint_slice.clone()),
         }
+    }
+    // Service steering's hand-over bridged the provider's addresses with a
+    // slice of ours; once it is done (steering written for the first time,
+    // not a switch) the proxy pods' slices carry the traffic and with
+    // `Local` kube-proxy ignores ours (no node name): it goes.
+    if mode == Steering::Service
+        && !steered_before
+        && switched.is_none()
+        && let Some(bridge) = seen.endpoint_slice.as_ref().filter(|s| is_ours(s))
+    {
+        plan.push(Step::Delete(bridge.clone()));
     }
     mark_applied(plan, record, mode, pass.given.now);
     plan.drift.clone_from(&drift);

@@ -143,6 +143,21 @@ pub(super) fn service_handover(
         .and_then(|s| s.spec.as_ref()?.selector.as_ref())
         .is_some_and(|s| *s == workload::selector_labels());
     if !selects {
+        // The selector makes the mirroring controller delete the slice it
+        // made of a provider's Endpoints, before the EndpointSlice
+        // controller has made the proxy pods': our slice with the same
+        // addresses carries the traffic between the two. With a slice of
+        // its own in place (the API server's, our address steering's),
+        // none is needed.
+        if pass.facts.endpoint_slice.is_none()
+            && let Some(bridge) = pass
+                .facts
+                .endpoints
+                .as_ref()
+                .and_then(workload::bridge_slice)
+        {
+            plan.apply(bridge, None);
+        }
         plan.push(Step::ApplyFields {
             object: workload::service_handover_patch(),
             live: None,

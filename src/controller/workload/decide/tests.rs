@@ -118,13 +118,28 @@ fn service_steering_from_the_start_hands_over_step_by_step() {
         proxy: ProxyAt::RolledOut { nodes: 2 },
         ..World::new(SERVICE)
     };
-    // 1. The Service selects the proxy pods, its policy untouched.
+    // 1. The Service selects the proxy pods, its policy untouched; first our
+    // EndpointSlice with the provider's addresses, which carries the traffic
+    // once the selector makes the mirroring controller delete its slice.
     let plan = rolled_out.decide();
     assert_eq!(steers(&plan), (Status::False, "WaitingForProxy".into()));
     assert_eq!(
         writes_to_default(&plan),
-        ["ApplyFields Service default/kubernetes"]
+        [
+            "Apply EndpointSlice default/kubernetes",
+            "ApplyFields Service default/kubernetes"
+        ]
     );
+    let Some(Step::Apply { object: bridge, .. }) = plan.steps().find(
+        |s| matches!(s, Step::Apply { object, .. } if object.data["addressType"].is_string()),
+    ) else {
+        panic!("no EndpointSlice write");
+    };
+    assert_eq!(
+        bridge.data["endpoints"][0]["addresses"],
+        serde_json::json!(["192.0.2.10"])
+    );
+    assert_eq!(bridge.data["ports"][0]["port"], 6443);
     let Some(Step::ApplyFields { object, .. }) =
         plan.steps().find(|s| matches!(s, Step::ApplyFields { .. }))
     else {
@@ -167,6 +182,18 @@ fn service_steering_from_the_start_hands_over_step_by_step() {
     assert_eq!(
         (record.applied, record.proxies_listed_at),
         (Some(SERVICE), None)
+    );
+    // Our bridging slice goes in the same pass, after `Local`.
+    let mut facts = paused.facts();
+    facts.as_read.endpoint_slice = Some(bridge.clone());
+    let cpi = paused.cpi();
+    let plan = super::decide(&paused.given(&cpi), &facts).expect("a plan");
+    assert_eq!(
+        writes_to_default(&plan),
+        [
+            "ApplyFields Service default/kubernetes",
+            "Delete EndpointSlice default/kubernetes"
+        ]
     );
 }
 
