@@ -31,7 +31,7 @@ pub use shared::{
     DEFAULT_ADVERTISE_ADDRESS_V4, DEFAULT_ADVERTISE_ADDRESS_V6, DEFAULT_CLUSTER_DOMAIN,
     DEFAULT_IMAGE, DEFAULT_SERVICE_IP, ENDPOINT_SLICE_MANAGER, NAME, NAME_LABEL, NAMESPACE,
     ProxyTls, SERVICE_STEERING_NAMESPACE, SKIP_MIRROR_LABEL, WorkloadError, WorkloadInputs,
-    advertise_address, check_advertise_family, own_labels, proxy_namespace, proxy_spec,
+    advertise_address, check_advertise_family, is_ours, own_labels, proxy_namespace, proxy_spec,
     selector_labels,
 };
 pub use steering::{

@@ -18,7 +18,7 @@ use super::{
     steering::{self, write_record},
 };
 use crate::{
-    api::{MANAGED_BY_LABEL, MANAGER, Steering},
+    api::Steering,
     controller::{apply, context::Context},
     render::workload,
 };
@@ -107,7 +107,7 @@ async fn remove_proxy_of(
     for object in objects
         .into_iter()
         .flatten()
-        .filter(|o| o.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGER))
+        .filter(|o| workload::is_ours(o.labels()))
     {
         apply::delete(ctx, &api_of(client, &object), &object).await?;
     }

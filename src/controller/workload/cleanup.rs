@@ -21,7 +21,7 @@ use super::{
     steering::{self, CONTROLLER_SLICES, read_record, unix_now},
 };
 use crate::{
-    api::{ControlPlaneIngress, MANAGED_BY_LABEL, MANAGER, Steering},
+    api::{ControlPlaneIngress, MANAGER, Steering},
     controller::context::Context,
     render::workload::{self, NAME, NAMESPACE, RECORD_NAME},
 };
@@ -173,7 +173,6 @@ async fn selects_a_ready_pod(
     }))
 }
 
-/// Only objects we created carry our labels.
 fn is_ours(object: &DynamicObject) -> bool {
-    object.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGER)
+    workload::is_ours(object.labels())
 }

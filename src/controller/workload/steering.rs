@@ -13,7 +13,6 @@ use kube::{Api, Client, ResourceExt, api::DynamicObject};
 
 use super::error::{WorkloadError, api_error, resource_of};
 use crate::{
-    api::{MANAGED_BY_LABEL, MANAGER},
     controller::{apply, context::Context},
     render::workload::{
         self, NAMESPACE, RECORD_NAME, SteeringRecord, parse_record, record_config_map,
@@ -81,7 +80,7 @@ pub(super) async fn await_other_slice(client: &Client) -> Result<(), WorkloadErr
             .await
             .map_err(|e| api_error("list EndpointSlices of Service default/kubernetes", e))?;
         let other = list.items.iter().any(|s| {
-            !is_ours(s.labels())
+            !workload::is_ours(s.labels())
                 && s.labels()
                     .get("endpointslice.kubernetes.io/managed-by")
                     .map(String::as_str)
@@ -112,8 +111,4 @@ pub async fn advertise_address(
         spec,
         workload::service_ip(service.as_ref()),
     ))
-}
-
-fn is_ours(labels: &std::collections::BTreeMap<String, String>) -> bool {
-    labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGER)
 }

@@ -216,6 +216,12 @@ pub fn own_labels() -> BTreeMap<String, String> {
     ])
 }
 
+/// Whether an object with `labels` is ours: only objects we created carry
+/// [`own_labels`].
+pub fn is_ours(labels: &BTreeMap<String, String>) -> bool {
+    labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGER)
+}
+
 /// The labels that select the proxy pods (immutable in the DaemonSet selector).
 pub fn selector_labels() -> BTreeMap<String, String> {
     BTreeMap::from([(NAME_LABEL.to_string(), NAME.to_string())])

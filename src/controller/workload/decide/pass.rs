@@ -7,7 +7,7 @@ use std::time::Duration;
 use kube::{ResourceExt, api::DynamicObject};
 
 use crate::{
-    api::{ControlPlaneIngress, MANAGED_BY_LABEL, MANAGER, Steering, UpstreamObject},
+    api::{ControlPlaneIngress, Steering, UpstreamObject},
     controller::{
         apply,
         status::{Desired, types},
@@ -148,7 +148,7 @@ impl Seen {
 
 /// Whether we wrote this object (only ours carry our labels).
 pub(super) fn is_ours(object: &DynamicObject) -> bool {
-    object.labels().get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGER)
+    workload::is_ours(object.labels())
 }
 
 /// The proxy DaemonSet's own report: ProxyReady, its desired and ready

@@ -11,9 +11,12 @@ use std::{net::IpAddr, time::Duration};
 use k8s_openapi::api::core::v1::Endpoints;
 use kube::{ResourceExt, api::DynamicObject};
 
-use super::super::{
-    error::WorkloadError,
-    plan::{Phase, Plan, Step},
+use super::{
+    super::{
+        error::WorkloadError,
+        plan::{Phase, Plan, Step},
+    },
+    pass::kind_of,
 };
 use crate::{
     api::Steering,
@@ -21,6 +24,7 @@ use crate::{
         self, FINISH_WITHOUT_RESTORE_ANNOTATION, Live, NAMESPACE, RECORD_NAME, Restore,
         SteeringRecord,
     },
+    sources::describe,
 };
 
 /// What a removal reads in the workload cluster.
@@ -101,19 +105,14 @@ pub(in crate::controller::workload) fn removal(
     let mut released = Vec::new();
     for (kind, live) in &facts.patched {
         plan.push(Step::Force(workload::release_patch(*kind, live)));
-        released.push(format!(
-            "{} {}/{}",
-            kind.as_str(),
-            live.namespace().unwrap_or_default(),
-            live.name_any()
-        ));
+        released.push(describe(kind.as_str(), &live.metadata));
     }
     plan.enter(Phase::Remove);
     let mut removed = Vec::new();
     // The steering record goes last: a removal cut short is resumed with it.
     for object in facts.proxy_objects.iter().chain(&facts.record_object) {
         plan.push(Step::Delete(object.clone()));
-        removed.push(describe(object));
+        removed.push(describe(kind_of(object), &object.metadata));
     }
     let list = |items: Vec<String>| {
         if items.is_empty() {
@@ -191,7 +190,7 @@ fn give_back_without_record(
         if facts
             .endpoints
             .as_ref()
-            .is_some_and(|e| is_ours(e.labels()))
+            .is_some_and(|e| workload::is_ours(e.labels()))
             && let Ok(restore) = workload::restore(
                 &SteeringRecord::default(),
                 Steering::AdvertiseAddress,
@@ -250,18 +249,4 @@ fn live(facts: &RemovalFacts, finish_anyway: bool) -> Live<'_> {
         advertise_address: facts.advertise_address,
         finish_anyway,
     }
-}
-
-fn is_ours(labels: &std::collections::BTreeMap<String, String>) -> bool {
-    labels.get(crate::api::MANAGED_BY_LABEL).map(String::as_str) == Some(crate::api::MANAGER)
-}
-
-/// `Kind namespace/name`, for the note.
-fn describe(object: &DynamicObject) -> String {
-    let kind = object.types.as_ref().map_or("", |t| t.kind.as_str());
-    format!(
-        "{kind} {}/{}",
-        object.namespace().unwrap_or_default(),
-        object.name_any()
-    )
 }
