@@ -3,6 +3,7 @@
 # local run needs (hack/install-run-deps.sh), then the test suite's own.
 # haproxy, nginx + stream: the shared SNI ingress in data-path tests;
 # iproute2 + iptables: network namespaces as nodes, DNAT as kube-proxy does;
+# nftables: the nft kube-proxy's nftables mode runs (test/controller's data path);
 # wrk, python3: benchmark rig; openssl, curl: certificates and probes;
 # dnsmasq-base: a real DNS server for the doctor test (no system service);
 # musl-tools: the image's static build (hack/check-image-proxy.sh);
@@ -18,7 +19,7 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 bash "$(dirname "$0")/install-run-deps.sh"
 $SUDO apt-get install -y --no-install-recommends \
-  haproxy nginx libnginx-mod-stream iproute2 iptables wrk openssl python3 ca-certificates curl dnsmasq-base musl-tools lua-json \
+  haproxy nginx libnginx-mod-stream iproute2 iptables nftables wrk openssl python3 ca-certificates curl dnsmasq-base musl-tools lua-json \
   shellcheck runc containernetworking-plugins python3-venv
 # The packages start system services; tests start their own instances.
 $SUDO service haproxy stop >/dev/null 2>&1 || true

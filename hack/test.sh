@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 # takes about 3 GB of it, the image's static and release builds 1 GB more;
 # a run that fails on a full disk says so here.
 df -h . >&2 || true
-for tool in haproxy nginx iptables ip wrk dnsmasq cargo-deny musl-gcc shellcheck runc; do
+for tool in haproxy nginx iptables nft ip wrk dnsmasq cargo-deny musl-gcc shellcheck runc; do
   command -v "$tool" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v "$tool" >/dev/null 2>&1 || {
     echo "hack/test.sh: $tool is missing, installing the test peers" >&2
     bash hack/install-test-deps.sh

@@ -2,8 +2,8 @@
 //! node reaching the workload API server through `kubernetes.default.svc`.
 //!
 //! Everything on it is the real thing, on one "node" (a network namespace
-//! joined to the host by a veth pair): kube-proxy (iptables mode) programs
-//! the Service from the workload API server, which runs as hosted control
+//! joined to the host by a veth pair): kube-proxy (iptables or nftables
+//! mode, [`KubeProxy`]) programs the Service from the workload API server, which runs as hosted control
 //! planes run it (`--endpoint-reconciler-type=none`, kube-controller-manager
 //! turning a selector into endpoints); the shared ingress on the host is
 //! HAProxy routing by SNI to that API server, whose serving certificate
@@ -70,6 +70,26 @@ pub(crate) struct Workload {
     pub(crate) serves_service_ip: bool,
     /// The IP families of the cluster and its node.
     pub(crate) stack: Stack,
+    /// What implements Services on the node.
+    pub(crate) kube_proxy: KubeProxy,
+    /// kube-controller-manager runs without its EndpointSlice controller
+    /// until [`DataPath::start_endpoint_slice_controller`]: a selector of
+    /// the `kubernetes` Service turns into no slice until then.
+    pub(crate) endpoint_slices_held_back: bool,
+}
+
+/// What implements Services on the node: kube-proxy in one of the modes the
+/// steering promise rests on, or nothing (a cluster whose dataplane replaces
+/// kube-proxy, whose agents reach the API server by an address of their own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KubeProxy {
+    /// kube-proxy's default mode.
+    Iptables,
+    /// GA since Kubernetes 1.33, where kube-proxy is going; alpha behind the
+    /// `NFTablesProxyMode` feature gate on 1.30, beta from 1.31.
+    Nftables,
+    /// No kube-proxy at all.
+    None,
 }
 
 /// The IP families of a workload cluster: of its service CIDRs (the first
@@ -148,6 +168,11 @@ impl DataPath {
         let w = Server::start_real(realkube::Options {
             name: workload.name.into(),
             controller_manager: true,
+            held_back_controllers: if workload.endpoint_slices_held_back {
+                vec!["endpointslice".into()]
+            } else {
+                Vec::new()
+            },
             endpoint_reconciler: "none".into(),
             extra_sans,
             service_cidr: stack.service_cidr().into(),
@@ -180,7 +205,7 @@ impl DataPath {
         {
             let mut n = node.lock().unwrap();
             n.spawn_haproxy("ingress", false, &ingress_config(&ingress, &apiserver));
-            spawn_kube_proxy(&mut n, &kubeconfig);
+            spawn_kube_proxy(&mut n, &kubeconfig, workload.kube_proxy);
         }
 
         let kubelet = spawn_kubelet(w.client(), node.clone());
@@ -192,6 +217,15 @@ impl DataPath {
             kubelet,
             stack,
         }
+    }
+
+    /// The EndpointSlice controller the workload cluster was started
+    /// without, running until the value returned is dropped.
+    pub(crate) fn start_endpoint_slice_controller(&self) -> realkube::Controllers {
+        self.w
+            .real()
+            .start_controllers(&["endpointslice"])
+            .expect("kube-controller-manager with the EndpointSlice controller")
     }
 
     /// The shared ingress's address, on the host.
@@ -491,7 +525,7 @@ impl Drop for Node {
 /// The data-path tests' tools on this machine, or a failure that says how
 /// to install them.
 fn require_data_path_tools() {
-    let missing: Vec<&str> = ["haproxy", "iptables", "curl", "python3"]
+    let missing: Vec<&str> = ["haproxy", "iptables", "nft", "curl", "python3"]
         .into_iter()
         .filter(|b| {
             !Command::new("sh")
@@ -504,32 +538,58 @@ fn require_data_path_tools() {
         .collect();
     assert!(
         missing.is_empty(),
-        "the data-path test needs {missing:?} (apt-get install -y haproxy iptables curl python3)"
+        "the data-path test needs {missing:?} (apt-get install -y haproxy iptables nftables curl python3)"
     );
 }
 
-/// kube-proxy in iptables mode on the node, as a kubelet's node runs it,
+/// kube-proxy in `mode` on the node, as a kubelet's node runs it,
 /// re-syncing every second so a steering change reaches the rules at once.
-fn spawn_kube_proxy(n: &mut Node, kubeconfig: &Path) {
+fn spawn_kube_proxy(n: &mut Node, kubeconfig: &Path, mode: KubeProxy) {
+    let mode = match mode {
+        KubeProxy::Iptables => "iptables",
+        KubeProxy::Nftables => "nftables",
+        KubeProxy::None => return,
+    };
     let kube_proxy = realkube::bin_dir().join("kube-proxy");
-    n.spawn(
-        "kube-proxy",
-        true,
-        &[
-            kube_proxy.to_str().unwrap(),
-            &format!("--kubeconfig={}", kubeconfig.display()),
-            &format!("--hostname-override={NODE}"),
-            "--proxy-mode=iptables",
-            "--conntrack-max-per-core=0",
-            "--conntrack-tcp-timeout-established=0s",
-            "--conntrack-tcp-timeout-close-wait=0s",
-            "--metrics-bind-address=127.0.0.1:10249",
-            "--healthz-bind-address=127.0.0.1:10256",
-            "--iptables-sync-period=1s",
-            "--iptables-min-sync-period=0s",
-            "--v=1",
-        ],
+    let kube_proxy = kube_proxy.to_str().unwrap();
+    let (kubeconfig, hostname, proxy_mode) = (
+        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--hostname-override={NODE}"),
+        format!("--proxy-mode={mode}"),
     );
+    let mut args = vec![
+        kube_proxy,
+        &kubeconfig,
+        &hostname,
+        &proxy_mode,
+        "--conntrack-max-per-core=0",
+        "--conntrack-tcp-timeout-established=0s",
+        "--conntrack-tcp-timeout-close-wait=0s",
+        "--metrics-bind-address=127.0.0.1:10249",
+        "--healthz-bind-address=127.0.0.1:10256",
+        // Current releases take these for every mode but IPVS.
+        "--iptables-sync-period=1s",
+        "--iptables-min-sync-period=0s",
+        "--v=1",
+    ];
+    // Before 1.31 the nftables mode is alpha, off unless its gate is on;
+    // once GA the gate is gone and naming it is an error.
+    if mode == "nftables" && nftables_gated(kube_proxy) {
+        args.push("--feature-gates=NFTablesProxyMode=true");
+    }
+    n.spawn("kube-proxy", true, &args);
+}
+
+/// Whether this kube-proxy still has the `NFTablesProxyMode` gate off by
+/// default (its alpha, Kubernetes 1.29 and 1.30), as its help says.
+fn nftables_gated(kube_proxy: &str) -> bool {
+    let help = Command::new(kube_proxy)
+        .arg("--help")
+        .output()
+        .unwrap_or_else(|e| panic!("{kube_proxy} --help: {e}"));
+    [help.stdout, help.stderr]
+        .iter()
+        .any(|out| String::from_utf8_lossy(out).contains("NFTablesProxyMode=true|false (ALPHA"))
 }
 
 /// Calls so far through the proxy whose admin port is `port` on the node.

@@ -12,7 +12,7 @@
 //! of the `kubernetes` Service turns into endpoints as on a real cluster.
 //! The rest of the path is the one in `data_path.rs`, which the take-over
 //! test shares: one node in a network namespace with kube-proxy in iptables
-//! mode, the hcp-ingress proxy run from exactly the ConfigMap and Secret the
+//! or nftables mode (each test runs in both), the hcp-ingress proxy run from exactly the ConfigMap and Secret the
 //! controller wrote, the shared ingress (HAProxy routing by SNI), and the
 //! test as the kubelet.
 
@@ -31,8 +31,8 @@ use serde_json::{Value, json};
 
 use crate::{
     data_path::{
-        API_HOST, CLUSTER, DataPath, Node, Stack, WITHIN, Workload, calls, host_port, more_calls,
-        more_calls_through, tail, until,
+        API_HOST, CLUSTER, DataPath, KubeProxy, Node, Stack, WITHIN, Workload, calls, host_port,
+        more_calls, more_calls_through, tail, until,
     },
     harness::*,
 };
@@ -99,11 +99,17 @@ struct Bed {
     running: Running,
 }
 
-/// The bed, its cluster and node of the IP families of `stack`;
-/// `provider_endpoints`: the control plane provider wrote
+/// The bed, its cluster and node of the IP families of `stack`, the node's
+/// Services implemented by `kube_proxy`; `provider_endpoints`: the control
+/// plane provider wrote
 /// `default/kubernetes` Endpoints with the API server's own address before
 /// hcp-ingress (else there are none: the reconciler is off).
-async fn bed(name: &'static str, stack: Stack, provider_endpoints: bool) -> Bed {
+async fn bed(
+    name: &'static str,
+    stack: Stack,
+    kube_proxy: KubeProxy,
+    provider_endpoints: bool,
+) -> Bed {
     // No Endpoints: the API server's reconciler is off and no provider wrote
     // any. Its certificate names the Service IP, for the end, when pods
     // reach it directly.
@@ -111,6 +117,8 @@ async fn bed(name: &'static str, stack: Stack, provider_endpoints: bool) -> Bed 
         name,
         serves_service_ip: true,
         stack,
+        kube_proxy,
+        endpoint_slices_held_back: provider_endpoints,
     })
     .await;
     let endpoints: Api<Endpoints> = Api::namespaced(path.w.client(), "default");
@@ -146,7 +154,15 @@ async fn bed(name: &'static str, stack: Stack, provider_endpoints: bool) -> Bed 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api() {
-    each_steering_mode_and_switch_and_the_give_back("steering", Stack::V4).await;
+    each_steering_mode_and_switch_and_the_give_back("steering", Stack::V4, KubeProxy::Iptables)
+        .await;
+}
+
+/// The same with kube-proxy in nftables mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api_on_nftables() {
+    each_steering_mode_and_switch_and_the_give_back("steering-nft", Stack::V4, KubeProxy::Nftables)
+        .await;
 }
 
 /// The same in a cluster whose `kubernetes` Service is IPv6 and whose node
@@ -154,7 +170,20 @@ async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api() 
 /// the IPv6 default advertise address and dials the ingress over IPv6.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api_over_ipv6() {
-    each_steering_mode_and_switch_and_the_give_back("steering-v6", Stack::V6).await;
+    each_steering_mode_and_switch_and_the_give_back("steering-v6", Stack::V6, KubeProxy::Iptables)
+        .await;
+}
+
+/// The same over IPv6 with kube-proxy in nftables mode (its `ip6` table).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api_over_ipv6_on_nftables()
+ {
+    each_steering_mode_and_switch_and_the_give_back(
+        "steering-v6-nft",
+        Stack::V6,
+        KubeProxy::Nftables,
+    )
+    .await;
 }
 
 /// The same in a dual-stack cluster, IPv6 first: the `kubernetes` Service
@@ -162,15 +191,36 @@ async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api_ov
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api_dual_stack_ipv6_primary()
  {
-    each_steering_mode_and_switch_and_the_give_back("steering-dual", Stack::DualV6Primary).await;
+    each_steering_mode_and_switch_and_the_give_back(
+        "steering-dual",
+        Stack::DualV6Primary,
+        KubeProxy::Iptables,
+    )
+    .await;
+}
+
+/// The same dual-stack cluster with kube-proxy in nftables mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api_dual_stack_ipv6_primary_on_nftables()
+ {
+    each_steering_mode_and_switch_and_the_give_back(
+        "steering-dual-nft",
+        Stack::DualV6Primary,
+        KubeProxy::Nftables,
+    )
+    .await;
 }
 
 /// The IPv6 address pods are steered at when the user has chosen none.
 const DEFAULT_ADVERTISE_V6: &str = "100::1";
 
-async fn each_steering_mode_and_switch_and_the_give_back(name: &'static str, stack: Stack) {
+async fn each_steering_mode_and_switch_and_the_give_back(
+    name: &'static str,
+    stack: Stack,
+    kube_proxy: KubeProxy,
+) {
     let started = Instant::now();
-    let Bed { path, m, running } = bed(name, stack, false).await;
+    let Bed { path, m, running } = bed(name, stack, kube_proxy, false).await;
     let (node, ingress) = (&path.node, path.ingress());
     let wc = path.w.client();
     let endpoints: Api<Endpoints> = Api::namespaced(wc.clone(), "default");
@@ -329,7 +379,7 @@ async fn each_steering_mode_and_switch_and_the_give_back(name: &'static str, sta
 
     let (answered, failed) = calls(&node.lock().unwrap());
     eprintln!(
-        "steering data path ({stack:?}): {answered} calls answered, {} failed; {} (total {:.0}s)",
+        "steering data path ({stack:?}, {kube_proxy:?}): {answered} calls answered, {} failed; {} (total {:.0}s)",
         failed.len(),
         phases.join(", "),
         started.elapsed().as_secs_f64()
@@ -356,17 +406,112 @@ async fn each_steering_mode_and_switch_and_the_give_back(name: &'static str, sta
 /// before hcp-ingress, through the proxy pods once the Service selects them,
 /// and directly again once the deletion gave the recorded Endpoints back and
 /// removed what the proxy pods left (the EndpointSlice controller's slices).
+///
+/// The hand-over's window is held open on purpose: the EndpointSlice
+/// controller starts only after the Service selects the proxy pods and the
+/// mirroring controller has deleted its slice of the provider's Endpoints.
+/// Between the two only the slice hcp-ingress wrote first carries the calls;
+/// without it kube-proxy would refuse every one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_steering_from_the_start_and_its_give_back_keep_pods_on_the_api() {
+    service_steering_from_the_start("service-steering", KubeProxy::Iptables).await;
+}
+
+/// The same with kube-proxy in nftables mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_steering_from_the_start_and_its_give_back_keep_pods_on_the_api_on_nftables() {
+    service_steering_from_the_start("service-steering-nft", KubeProxy::Nftables).await;
+}
+
+async fn service_steering_from_the_start(name: &'static str, kube_proxy: KubeProxy) {
     let started = Instant::now();
-    let Bed { path, m, running } = bed("service-steering", Stack::V4, true).await;
+    let Bed { path, m, running } = bed(name, Stack::V4, kube_proxy, true).await;
     let node = &path.node;
     let wc = path.w.client();
+    let slices: Api<EndpointSlice> = Api::namespaced(wc.clone(), "default");
+    let kubernetes_slices = async || {
+        slices
+            .list(&ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
+            .await
+            .unwrap()
+            .items
+    };
+    let managers = |items: &[EndpointSlice]| -> Vec<String> {
+        items
+            .iter()
+            .map(|s| {
+                s.labels()
+                    .get("endpointslice.kubernetes.io/managed-by")
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .collect()
+    };
     more_calls(node, "calls to the API server's own address", 20).await;
 
     // When each step began, to place a failed call among them.
     let mut steps = vec![("created", unix_time())];
-    steer(&m, "service", "ServiceSelector").await;
+    apply_value(&m.client, cpi("service")).await;
+    let services = Api::<k8s_openapi::api::core::v1::Service>::namespaced(wc.clone(), "default");
+    until(
+        node,
+        WITHIN.as_secs(),
+        "the Service selecting the proxy pods",
+        async || {
+            services
+                .get("kubernetes")
+                .await
+                .unwrap()
+                .spec
+                .is_some_and(|s| s.selector.is_some())
+        },
+    )
+    .await;
+    steps.push(("selector written", unix_time()));
+    // The mirroring controller drops its slice of a Service with a selector.
+    until(
+        node,
+        60,
+        "the mirroring controller's slice gone",
+        async || {
+            !managers(&kubernetes_slices().await)
+                .iter()
+                .any(|m| m == "endpointslicemirroring-controller.k8s.io")
+        },
+    )
+    .await;
+    steps.push(("mirrored slice gone", unix_time()));
+    // The window: 40 calls while the proxy pods have no slice yet.
+    let attempts = |node: &Node| {
+        let (ok, failed) = calls(node);
+        ok + failed.len()
+    };
+    let from = attempts(&node.lock().unwrap());
+    until(node, 60, "40 calls in the hand-over's window", async || {
+        attempts(&node.lock().unwrap()) >= from + 40
+    })
+    .await;
+    let failed = calls(&node.lock().unwrap()).1;
+    assert!(
+        failed.is_empty(),
+        "the pod lost the API in the hand-over: {failed:?} (steps began at {steps:?})\n{}",
+        tail(&node.lock().unwrap().log("kube-proxy"), 20)
+    );
+    let window = managers(&kubernetes_slices().await);
+    assert_eq!(
+        window,
+        ["controller.hcp-ingress.dev"],
+        "in the hand-over's window only our slice of the provider's addresses serves the Service"
+    );
+    steps.push(("slice controller started", unix_time()));
+    let _slice_controller = path.start_endpoint_slice_controller();
+    wait_reason(
+        &m.client,
+        CLUSTER,
+        ("EndpointsSteered", "True", "ServiceSelector"),
+        WITHIN,
+    )
+    .await;
     steps.push(("steered", unix_time()));
     // kube-proxy follows within a few seconds: the calls then go through
     // the proxy the Service selects.
@@ -377,6 +522,13 @@ async fn service_steering_from_the_start_and_its_give_back_keep_pods_on_the_api(
         20.0,
     )
     .await;
+    let window = managers(&kubernetes_slices().await);
+    assert!(
+        window
+            .iter()
+            .all(|m| m == "endpointslice-controller.k8s.io"),
+        "once steered, the proxy pods' slices alone serve the Service: {window:?}"
+    );
     let steered_in = started.elapsed();
 
     steps.push(("deleted", unix_time()));
@@ -386,7 +538,6 @@ async fn service_steering_from_the_start_and_its_give_back_keep_pods_on_the_api(
         .unwrap();
     deleted_with_its_proxy(&m, node).await;
     steps.push(("proxy gone", unix_time()));
-    let slices: Api<EndpointSlice> = Api::namespaced(wc.clone(), "default");
     let left: Vec<String> = slices
         .list(&ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
         .await
@@ -415,7 +566,7 @@ async fn service_steering_from_the_start_and_its_give_back_keep_pods_on_the_api(
 
     let (answered, failed) = calls(&node.lock().unwrap());
     eprintln!(
-        "service steering data path: {answered} calls answered, {} failed; steered after {:.0}s, total {:.0}s",
+        "service steering data path ({kube_proxy:?}): {answered} calls answered, {} failed; steered after {:.0}s, total {:.0}s",
         failed.len(),
         steered_in.as_secs_f64(),
         started.elapsed().as_secs_f64()

@@ -27,8 +27,8 @@ use serde_json::json;
 
 use crate::{
     data_path::{
-        DataPath, SERVICE_IP, Stack, WITHIN, Workload, calls, haproxy_config, more_calls,
-        more_calls_through, tail, until,
+        DataPath, KubeProxy, SERVICE_IP, Stack, WITHIN, Workload, calls, haproxy_config,
+        more_calls, more_calls_through, tail, until,
     },
     harness::*,
 };
@@ -40,15 +40,27 @@ const STACK: &str = "kmc-tenant-01-ingress";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn taking_the_node_proxy_over_from_k0smotron_keeps_pods_on_the_api() {
+    taking_the_node_proxy_over("takeover", KubeProxy::Iptables).await;
+}
+
+/// The same with kube-proxy in nftables mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn taking_the_node_proxy_over_from_k0smotron_keeps_pods_on_the_api_on_nftables() {
+    taking_the_node_proxy_over("takeover-nft", KubeProxy::Nftables).await;
+}
+
+async fn taking_the_node_proxy_over(name: &'static str, kube_proxy: KubeProxy) {
     // The workload cluster as k0smotron runs it: the API server without its
     // endpoint reconciler, a serving certificate that names the apiHost, the
     // controllers that turn a selector into endpoints, and one real node,
     // whose kube-proxy reaches the API through the shared ingress as
     // k0smotron's workers do.
     let path = DataPath::start(Workload {
-        name: "takeover",
+        name,
         serves_service_ip: false,
         stack: Stack::V4,
+        kube_proxy,
+        endpoint_slices_held_back: false,
     })
     .await;
     let (node, w) = (&path.node, &path.w);
@@ -252,7 +264,7 @@ async fn taking_the_node_proxy_over_from_k0smotron_keeps_pods_on_the_api() {
 
     let (answered, failed) = calls(&node.lock().unwrap());
     eprintln!(
-        "take-over data path: {answered} calls answered ({before} before the controller started), {} failed",
+        "take-over data path ({kube_proxy:?}): {answered} calls answered ({before} before the controller started), {} failed",
         failed.len()
     );
     assert!(

@@ -88,6 +88,10 @@ pub struct Options {
     /// kube-controller-manager (garbage collector, DaemonSet, endpoint and
     /// ServiceAccount controllers).
     pub controller_manager: bool,
+    /// Controllers of kube-controller-manager left out (`endpointslice`,
+    /// say), to hold a step back for as long as a test needs: it starts
+    /// them with [`Cluster::start_controllers`].
+    pub held_back_controllers: Vec<String>,
     /// kube-scheduler and kwok with `nodes` simulated nodes (implies the
     /// controller manager).
     pub scheduler: bool,
@@ -120,6 +124,7 @@ impl Default for Options {
             name: "cluster".into(),
             role: Role::default(),
             controller_manager: false,
+            held_back_controllers: Vec::new(),
             scheduler: false,
             nodes: 0,
             real_nodes: false,
@@ -146,6 +151,14 @@ pub struct Cluster {
     name: String,
     admin: Option<kube::Client>,
     bin: PathBuf,
+    /// kube-controller-manager's arguments but `--controllers`, when it runs.
+    controller_manager_args: Vec<String>,
+}
+
+/// A kube-controller-manager running some controllers only, beside the
+/// cluster's own (see [`Cluster::start_controllers`]); stopped when dropped.
+pub struct Controllers {
+    _running: Supervised,
 }
 
 /// The admin user of the test itself (`system:masters`).
@@ -360,6 +373,7 @@ impl Cluster {
             dir,
             admin: None,
             bin,
+            controller_manager_args: Vec::new(),
         };
         cluster.admin =
             Some(client_from(&cluster.kubeconfig_for(ADMIN_USER, &cluster.admin_token)).await?);
@@ -381,25 +395,27 @@ impl Cluster {
                 "--root-ca-file={}",
                 cluster.dir.path().join("ca.crt").display()
             );
-            let p = Supervised::spawn(
-                "kube-controller-manager",
-                &kcm,
-                &[
-                    kubeconfig_flag.clone(),
-                    sa_key,
-                    root_ca,
-                    "--leader-elect=false".into(),
-                    "--use-service-account-credentials=false".into(),
-                    "--secure-port=0".into(),
-                    // No node IPAM: simulated nodes need no pod CIDRs.
-                    "--controllers=*,-nodeipam".into(),
-                    // Pods of simulated nodes are never evicted for a missed heartbeat.
-                    "--node-monitor-grace-period=1h".into(),
-                    "--concurrent-gc-syncs=5".into(),
-                    "--v=0".into(),
-                ],
-                cluster.dir.path(),
-            )?;
+            cluster.controller_manager_args = vec![
+                kubeconfig_flag.clone(),
+                sa_key,
+                root_ca,
+                "--leader-elect=false".into(),
+                "--use-service-account-credentials=false".into(),
+                "--secure-port=0".into(),
+                // Pods of simulated nodes are never evicted for a missed heartbeat.
+                "--node-monitor-grace-period=1h".into(),
+                "--concurrent-gc-syncs=5".into(),
+                "--v=0".into(),
+            ];
+            // No node IPAM: simulated nodes need no pod CIDRs.
+            let left_out: String = ["nodeipam"]
+                .into_iter()
+                .chain(opts.held_back_controllers.iter().map(String::as_str))
+                .map(|c| format!(",-{c}"))
+                .collect();
+            let mut args = cluster.controller_manager_args.clone();
+            args.push(format!("--controllers=*{left_out}"));
+            let p = Supervised::spawn("kube-controller-manager", &kcm, &args, cluster.dir.path())?;
             cluster.processes.push(p);
         }
         if opts.scheduler {
@@ -678,6 +694,26 @@ users:
     /// The folder that holds the control plane's files and logs.
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// A second kube-controller-manager that runs `controllers` only: the
+    /// ones [`Options::held_back_controllers`] left out, released. Its log
+    /// is `kube-controller-manager-<first controller>.log`.
+    pub fn start_controllers(&self, controllers: &[&str]) -> Result<Controllers, Error> {
+        if self.controller_manager_args.is_empty() {
+            return Err(Error::Client(
+                "no kube-controller-manager runs: set Options::controller_manager".into(),
+            ));
+        }
+        let kcm = binary(&self.bin, "kube-controller-manager")?;
+        let mut args = self.controller_manager_args.clone();
+        args.push(format!("--controllers={}", controllers.join(",")));
+        let name = format!(
+            "kube-controller-manager-{}",
+            controllers.first().copied().unwrap_or("none")
+        );
+        Supervised::spawn(&name, &kcm, &args, self.dir.path())
+            .map(|running| Controllers { _running: running })
     }
 
     /// The process id of `etcd`, `kube-apiserver`, ... (for CPU and memory figures).
