@@ -101,8 +101,12 @@ impl ProxyObjects {
                 endpoints,
                 endpoint_slice,
             } => {
-                out.push(dynamic(endpoints.as_ref(), "Endpoints")?);
+                // The slice first: the skip-mirror label on the Endpoints
+                // makes the mirroring controller delete the slice it made
+                // of the API server's own Endpoints, and kube-proxy must
+                // never be left without one in between.
                 out.push(dynamic(endpoint_slice.as_ref(), "EndpointSlice")?);
+                out.push(dynamic(endpoints.as_ref(), "Endpoints")?);
             }
             SteeringObjects::Service { patch } => out.push(patch.as_ref().clone()),
         }

@@ -147,6 +147,8 @@ pub(crate) struct DataPath {
     kubelet: tokio::task::JoinHandle<()>,
     /// The cluster's IP families.
     pub(crate) stack: Stack,
+    /// What implements Services on the node.
+    kube_proxy: KubeProxy,
 }
 
 impl DataPath {
@@ -216,6 +218,7 @@ impl DataPath {
             token,
             kubelet,
             stack,
+            kube_proxy: workload.kube_proxy,
         }
     }
 
@@ -291,6 +294,36 @@ impl DataPath {
     pub(crate) async fn stop(self, running: Running) {
         self.kubelet.abort();
         running.stop().await;
+        self.programmed_by(self.kube_proxy);
+    }
+
+    /// The node's rules for the `kubernetes` Service are `mode`'s: the test
+    /// ran on the dataplane it names, not on another one left behind.
+    fn programmed_by(&self, mode: KubeProxy) {
+        let node = self.node.lock().unwrap();
+        let rules = |args: &[&str]| {
+            let out = node.command(true, args).output().unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        // nftables mode's own tables (Debian's iptables writes nftables
+        // too, in tables of its own: `nat`, `filter`).
+        let nft = rules(&["nft", "list", "table", "ip", "kube-proxy"])
+            + &rules(&["nft", "list", "table", "ip6", "kube-proxy"]);
+        let iptables = rules(&["iptables-save"]) + &rules(&["ip6tables-save"]);
+        let (in_nft, in_iptables) = (
+            nft.contains("default/kubernetes"),
+            iptables.contains("default/kubernetes"),
+        );
+        let expected = match mode {
+            KubeProxy::Iptables => (false, true),
+            KubeProxy::Nftables => (true, false),
+            KubeProxy::None => (false, false),
+        };
+        assert_eq!(
+            (in_nft, in_iptables),
+            expected,
+            "the node's rules for default/kubernetes (in nftables, in iptables) with kube-proxy {mode:?}"
+        );
     }
 }
 

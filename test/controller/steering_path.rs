@@ -494,7 +494,8 @@ async fn service_steering_from_the_start(name: &'static str, kube_proxy: KubePro
     let failed = calls(&node.lock().unwrap()).1;
     assert!(
         failed.is_empty(),
-        "the pod lost the API in the hand-over: {failed:?} (steps began at {steps:?})\n{}",
+        "the pod lost the API in the hand-over: {}\n{}",
+        placed(&failed, &steps),
         tail(&node.lock().unwrap().log("kube-proxy"), 20)
     );
     let window = managers(&kubernetes_slices().await);
@@ -573,10 +574,38 @@ async fn service_steering_from_the_start(name: &'static str, kube_proxy: KubePro
     );
     assert!(
         failed.is_empty(),
-        "the pod lost the API: {failed:?} (steps began at {steps:?})\n{}",
+        "the pod lost the API: {}\n{}",
+        placed(&failed, &steps),
         tail(&node.lock().unwrap().log("kube-proxy"), 20)
     );
     path.stop(running).await;
+}
+
+/// Failed calls, counted, the first and last of them each placed in the
+/// step it fell in (`steps`: each step's name and start, in order).
+fn placed(failed: &[String], steps: &[(&str, String)]) -> String {
+    let place = |line: &String| {
+        let at: f64 = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0.0);
+        let step = steps
+            .iter()
+            .rev()
+            .find(|(_, start)| start.parse::<f64>().is_ok_and(|s| s <= at))
+            .map_or("before the first step", |(name, _)| *name);
+        format!("{line:?} in step {step:?}")
+    };
+    match (failed.first(), failed.last()) {
+        (Some(first), Some(last)) => format!(
+            "{} calls failed, the first {}, the last {} (steps began at {steps:?})",
+            failed.len(),
+            place(first),
+            place(last)
+        ),
+        _ => "no call failed".into(),
+    }
 }
 
 /// Now in Unix seconds, as the pod's failure lines give it.

@@ -46,7 +46,7 @@ use super::{
 use crate::{
     api::Steering,
     controller::status::{Desired, types},
-    render::workload::{self, ProxyObjects},
+    render::workload::{self, ProxyObjects, SteeringObjects},
 };
 
 /// The plan for bringing the workload cluster to what `given` asks, from
@@ -99,8 +99,17 @@ pub(super) fn decide(given: &Given, facts: &Facts) -> Result<Plan, WorkloadError
     let steered_before = record.now.applied == Some(pass.mode());
     let steer = route(&mut plan, &pass, &mut record);
     plan.enter(Phase::Steer);
-    if let Steer::Yes { switched } = steer {
-        steer::steer(&mut plan, &pass, &mut record, steered_before, switched);
+    if let Steer::Yes {
+        switched,
+        handed_over,
+    } = steer
+    {
+        let how = steer::How {
+            steered_before,
+            switched,
+            handed_over,
+        };
+        steer::steer(&mut plan, &pass, &mut record, how);
     }
     if let Some(theirs) = taken_over(given.cpi) {
         takeover::report(&mut plan, &pass, theirs);
@@ -186,15 +195,55 @@ fn route(plan: &mut Plan, pass: &Pass, record: &mut Record) -> Steer {
     // first node's pods find the path as soon as its proxy runs.
     let no_nodes = !proxy.rolled_out && !pass.facts.any_node;
     let proxy_up = proxy.rolled_out || no_nodes || taken_over(pass.given.cpi).is_some();
+    // Service steering hands over whenever it does not hold: at the start,
+    // and again when someone took the selector or `Local` away (re-applied
+    // at once, `Local` would drop whatever carries the traffic before the
+    // proxy pods' slices do).
+    let handing_over = mode == Steering::Service
+        && !no_nodes
+        && match record.now.applied {
+            None => true,
+            Some(previous) => previous == mode && !switch::service_steered(pass),
+        };
     match record.now.applied {
         Some(previous) if previous != mode => {
             switch::switch(plan, pass, record, previous, proxy_up, no_nodes)
         }
-        None if proxy_up && mode == Steering::Service && !no_nodes => {
+        _ if handing_over && proxy_up => {
             // Whatever reached the API before keeps carrying traffic until
             // the proxy pods are the Service's endpoints.
             match switch::service_handover(plan, pass, record, no_nodes) {
-                None => Steer::Yes { switched: None },
+                None => {
+                    // Done: the next hand-over (after a rewrite) waits anew.
+                    if record.now.applied.is_some() && record.now.proxies_listed_at.take().is_some()
+                    {
+                        record.write(plan);
+                    }
+                    Steer::Yes {
+                        switched: None,
+                        handed_over: true,
+                    }
+                }
+                Some(step) if record.now.applied.is_some() => {
+                    // A rewrite by someone else: news, remembered a while.
+                    let drift = match (&pass.objects.steering, &pass.facts.service) {
+                        (steering @ SteeringObjects::Service { .. }, Some(live)) => {
+                            workload::steering_drift(steering, None, None, Some(live))
+                        }
+                        _ => Vec::new(),
+                    };
+                    plan.conditions.push(Desired::failed(
+                        types::ENDPOINTS_STEERED,
+                        "ServiceOverwritten",
+                        format!(
+                            "something else changed the kubernetes Service ({}); handing it over to the proxy pods again: {step}",
+                            drift.join("; ")
+                        ),
+                    ));
+                    plan.drift = drift;
+                    plan.retry(retry);
+                    Steer::No
+                }
                 Some(step) => {
                     plan.conditions.push(Desired::failed(
                         types::ENDPOINTS_STEERED,
@@ -206,7 +255,7 @@ fn route(plan: &mut Plan, pass: &Pass, record: &mut Record) -> Steer {
                 }
             }
         }
-        None if !proxy_up => {
+        _ if !proxy_up && (handing_over || record.now.applied.is_none()) => {
             let (ready, desired) = (proxy.ready, proxy.desired);
             plan.conditions.push(Desired::failed(
                 types::ENDPOINTS_STEERED,
@@ -218,7 +267,10 @@ fn route(plan: &mut Plan, pass: &Pass, record: &mut Record) -> Steer {
             plan.retry(retry);
             Steer::No
         }
-        _ => Steer::Yes { switched: None },
+        _ => Steer::Yes {
+            switched: None,
+            handed_over: false,
+        },
     }
 }
 

@@ -257,8 +257,15 @@ impl Record {
     }
 }
 
-/// Whether this pass writes the steering, and the switch it completes.
+/// Whether this pass writes the steering, and the switch or service
+/// hand-over it completes.
 pub(super) enum Steer {
     No,
-    Yes { switched: Option<String> },
+    Yes {
+        /// A switch completed, in words.
+        switched: Option<String>,
+        /// Service steering's hand-over completed: the proxy pods' slices
+        /// carry the traffic.
+        handed_over: bool,
+    },
 }

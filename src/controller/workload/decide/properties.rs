@@ -9,9 +9,14 @@
 //!   Service's selector dropped only once our EndpointSlice is written;
 //! - a proxy is removed only when nothing steers at it any more and the
 //!   handover pause has passed since it was replaced;
-//! - a stored record never names one mode as both applied and leaving.
+//! - a stored record never names one mode as both applied and leaving;
+//! - after each step, `default/kubernetes` still has a slice kube-proxy
+//!   serves for the Service's family, if it had one before the plan, on
+//!   the worst timing of the cluster's controllers (see [`Served`]).
 
+use kube::api::DynamicObject;
 use proptest::prelude::*;
+use serde_json::Value;
 
 use super::fixture::{
     NOW, ProxyAt, ServiceAt, World, api_server_record, describe, final_record, name,
@@ -161,7 +166,14 @@ proptest! {
         let Ok((plan, removal)) = super::removal(&facts) else {
             return Ok(());
         };
-        if let Err(broken) = check_removal(&facts, &plan, &removal) {
+        // Unless the user said to finish without a give-back.
+        let served = if finish_anyway {
+            Ok(())
+        } else {
+            always_served(&world, &world.facts(), &plan)
+                .map_err(|Broken(b)| Broken(format!("{b} (removal)")))
+        };
+        if let Err(broken) = check_removal(&facts, &plan, &removal).and(served) {
             prop_assert!(false, "{broken}\nworld: {world:#?}\nremoval: {removal:?}\nsteps: {:#?}", describe(&plan));
         }
     }
@@ -282,7 +294,242 @@ fn check(world: &World, facts: &Facts, plan: &Plan) -> Result<(), Broken> {
     }
     only_at_a_ready_proxy(world, facts, plan)?;
     handed_over(world, facts, plan)?;
-    removed_only_when_unused(world, facts, plan)
+    removed_only_when_unused(world, facts, plan)?;
+    always_served(world, facts, plan)
+}
+
+/// What kube-proxy serves the `kubernetes` Service from, as each step of a
+/// plan leaves it, on the worst timing of the cluster's own controllers:
+/// a slice they must delete goes at once, one they must make comes only
+/// after the plan (the EndpointSlice controller's for a new selector, the
+/// mirroring controller's for Endpoints given back).
+#[derive(Debug)]
+struct Served {
+    /// The Service's selector, and the one it had before the plan.
+    selector: Option<Value>,
+    selector_before: Option<Value>,
+    /// `internalTrafficPolicy: Local`: kube-proxy takes only endpoints of
+    /// its own node, so none of a slice without node names.
+    local: bool,
+    /// The mirroring controller's slice of the Endpoints: it has one while
+    /// the Endpoints lack the skip-mirror label and the Service has no
+    /// selector, lost at once when either changes, made again only once a
+    /// step awaits it ([`Step::AwaitOtherSlice`]).
+    mirrored: bool,
+    /// The Endpoints have addresses and lack the skip-mirror label.
+    mirrorable: bool,
+    /// The Endpoints have addresses.
+    addresses: bool,
+    /// Our EndpointSlice `default/kubernetes`: its address type, whether it
+    /// has an endpoint, and whether they carry node names.
+    ours: Option<(String, bool, bool)>,
+    /// Ready endpoints with a node in the pods' slices: the EndpointSlice
+    /// controller's for our selector, the provider's pods for its own.
+    /// They stay while the selector does (or is dropped: they are left).
+    pod_endpoints: bool,
+}
+
+/// The address type of the `kubernetes` Service in the fixtures.
+const FAMILY: &str = "IPv4";
+
+impl Served {
+    fn before(world: &World, facts: &Facts) -> Served {
+        let selector = facts
+            .service
+            .as_ref()
+            .and_then(|s| s.spec.as_ref()?.selector.as_ref())
+            .map(|s| serde_json::json!(s));
+        let local = facts
+            .service
+            .as_ref()
+            .and_then(|s| s.spec.as_ref()?.internal_traffic_policy.as_deref())
+            == Some("Local");
+        let addresses = facts.endpoints.as_ref().is_some_and(|e| {
+            e.subsets
+                .iter()
+                .flatten()
+                .any(|s| s.addresses.as_ref().is_some_and(|a| !a.is_empty()))
+        });
+        let mirrorable = addresses
+            && facts
+                .endpoints
+                .as_ref()
+                .is_some_and(|e| !skips_mirror(e.metadata.labels.as_ref()));
+        let mirrored = selector.is_none() && mirrorable;
+        let ours = facts.endpoint_slice.as_ref().map(|s| {
+            (
+                s.address_type.clone(),
+                !s.endpoints.is_empty(),
+                s.endpoints.iter().all(|e| e.node_name.is_some()),
+            )
+        });
+        let pod_endpoints = match world.service {
+            ServiceAt::Provider => world.provider_proxy.is_some_and(|(_, ready)| ready > 0),
+            _ => facts
+                .controller_slices
+                .iter()
+                .flat_map(|s| s.endpoints.iter())
+                .any(|e| e.node_name.is_some()),
+        };
+        Served {
+            selector_before: selector.clone(),
+            selector,
+            local,
+            mirrored,
+            mirrorable,
+            addresses,
+            ours,
+            pod_endpoints,
+        }
+    }
+
+    /// Whether kube-proxy has an endpoint for the Service.
+    fn any(&self) -> bool {
+        let ours = self.ours.as_ref().is_some_and(|(family, any, nodes)| {
+            family == FAMILY && *any && (*nodes || !self.local)
+        });
+        let mirrored = self.mirrored && self.selector.is_none() && !self.local;
+        let pods = self.pod_endpoints
+            && (self.selector.is_none() || self.selector == self.selector_before);
+        ours || mirrored || pods
+    }
+
+    /// The state `step` leaves; `false` when the API server refuses it and
+    /// the plan stops there.
+    fn after(&mut self, step: &Step) -> bool {
+        match step {
+            Step::ApplyFields { object, .. } if self.conflicts(object) => return false,
+            Step::Apply { object, .. } | Step::ApplyFields { object, .. } | Step::Force(object) => {
+                self.write(object)
+            }
+            Step::PatchService(patch) => self.service(patch),
+            Step::Delete(object) => match name(object).as_str() {
+                "EndpointSlice default/kubernetes" => self.ours = None,
+                "Endpoints default/kubernetes" => {
+                    self.mirrored = false;
+                    self.mirrorable = false;
+                    self.addresses = false;
+                }
+                n if n.starts_with("EndpointSlice default/") => self.pod_endpoints = false,
+                _ => {}
+            },
+            // The act waits for the mirroring controller's slice, and
+            // stops the plan when none comes.
+            Step::AwaitOtherSlice => {
+                if !(self.mirrorable && self.selector.is_none()) {
+                    return false;
+                }
+                self.mirrored = true;
+            }
+            Step::Record(_) | Step::RemoveProxy(_) => {}
+        }
+        true
+    }
+
+    /// A server-side apply without force that sets a selector another
+    /// manager owns (a provider's): the API server answers with a conflict.
+    fn conflicts(&self, object: &DynamicObject) -> bool {
+        let ours = serde_json::json!(workload::selector_labels());
+        name(object) == "Service default/kubernetes"
+            && object.data.pointer("/spec/selector").is_some()
+            && self.selector.as_ref().is_some_and(|s| *s != ours)
+    }
+
+    fn write(&mut self, object: &DynamicObject) {
+        match name(object).as_str() {
+            "Service default/kubernetes" => {
+                // Our field manager drops the selector and policy it owned
+                // by leaving them out (the policy defaults to `Cluster`);
+                // another manager's stay.
+                let ours = self.selector == Some(serde_json::json!(workload::selector_labels()));
+                let mut fields = object.data.clone();
+                if ours && fields.pointer("/spec/selector").is_none() {
+                    fields["spec"]["selector"] = Value::Null;
+                }
+                if ours && fields.pointer("/spec/internalTrafficPolicy").is_none() {
+                    fields["spec"]["internalTrafficPolicy"] = serde_json::json!("Cluster");
+                }
+                self.service(&fields);
+            }
+            "Endpoints default/kubernetes" => {
+                // Endpoints written anew get a mirror only later: one that
+                // is gone stays gone until a step awaits it.
+                // A partial write (our labels dropped) keeps the addresses.
+                let addresses = match object.data.get("subsets") {
+                    Some(subsets) => subsets
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|s| s["addresses"].as_array().is_some_and(|a| !a.is_empty())),
+                    None => self.addresses,
+                };
+                self.addresses = addresses;
+                self.mirrorable = addresses && !skips_mirror(object.metadata.labels.as_ref());
+                if !self.mirrorable {
+                    self.mirrored = false;
+                }
+            }
+            "EndpointSlice default/kubernetes" => {
+                let endpoints = object.data["endpoints"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                self.ours = Some((
+                    object.data["addressType"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string(),
+                    !endpoints.is_empty(),
+                    endpoints.iter().all(|e| e["nodeName"].is_string()),
+                ));
+            }
+            _ => {}
+        }
+    }
+
+    /// The fields of the Service a write or a merge patch names.
+    fn service(&mut self, fields: &Value) {
+        if let Some(selector) = fields.pointer("/spec/selector") {
+            let selector = (!selector.is_null()).then(|| selector.clone());
+            if selector.is_some() {
+                // The mirroring controller drops its slice at once.
+                self.mirrored = false;
+            }
+            self.selector = selector;
+        }
+        if let Some(policy) = fields.pointer("/spec/internalTrafficPolicy") {
+            self.local = policy == "Local";
+        }
+    }
+}
+
+/// The skip-mirror label: the mirroring controller makes no slice of these
+/// Endpoints.
+fn skips_mirror(labels: Option<&std::collections::BTreeMap<String, String>>) -> bool {
+    labels
+        .and_then(|l| l.get("endpointslice.kubernetes.io/skip-mirror"))
+        .is_some_and(|v| v == "true")
+}
+
+/// After each step, kube-proxy still serves the Service from some slice of
+/// its family, if it did before the plan (a removal's plan too).
+fn always_served(world: &World, facts: &Facts, plan: &Plan) -> Result<(), Broken> {
+    let mut served = Served::before(world, facts);
+    // Without a Node no kube-proxy runs: nothing to serve, nothing to lose.
+    if !facts.any_node || !served.any() {
+        return Ok(());
+    }
+    for (i, step) in plan.steps().enumerate() {
+        if !served.after(step) {
+            break;
+        }
+        if !served.any() {
+            return Err(Broken(format!(
+                "after step {i} no slice kube-proxy serves carries an endpoint of the Service's family: {served:?}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// What the facts say about our proxy, as steering needs it.

@@ -134,15 +134,21 @@ fn give_back(plan: &mut Plan, facts: &RemovalFacts) -> Result<GiveBack, Workload
     let Some(record) = &facts.record else {
         return give_back_without_record(plan, facts);
     };
-    let Some(mode) = record.applied else {
-        if let Some(restored) = &record.restored {
-            return Ok(
-                match record.handover_wait(facts.now, workload::HANDOVER_PAUSE) {
-                    Some(wait) => GiveBack::Settling(restored.clone(), wait),
-                    None => GiveBack::Done(restored.clone()),
-                },
-            );
-        }
+    if record.applied.is_none()
+        && let Some(restored) = &record.restored
+    {
+        return Ok(
+            match record.handover_wait(facts.now, workload::HANDOVER_PAUSE) {
+                Some(wait) => GiveBack::Settling(restored.clone(), wait),
+                None => GiveBack::Done(restored.clone()),
+            },
+        );
+    }
+    // The record is made before the first steering write and marked
+    // applied after it: steering seen without the mark was written by a
+    // pass cut short (or a hand-over under way), and the record holds what
+    // was there before it.
+    let Some(mode) = record.applied.or_else(|| steering_seen(facts)) else {
         // Recorded, never steered (the proxy never became ready): nothing to give back.
         plan.extend(facts.our_slice.clone().map(Step::Delete));
         return Ok(GiveBack::Done("nothing was steered".into()));
@@ -170,6 +176,22 @@ fn give_back(plan: &mut Plan, facts: &RemovalFacts) -> Result<GiveBack, Workload
     record.replaced_at = Some(facts.now);
     plan.push(Step::Record(record));
     Ok(GiveBack::Settling(summary, workload::HANDOVER_PAUSE))
+}
+
+/// The steering `default/kubernetes` shows, whatever the record says: the
+/// Service selecting the proxy pods, or Endpoints at the proxy's address.
+fn steering_seen(facts: &RemovalFacts) -> Option<Steering> {
+    if facts.service_steered {
+        Some(Steering::Service)
+    } else if facts
+        .endpoints
+        .as_ref()
+        .is_some_and(|e| workload::points_at_proxy(e, facts.advertise_address))
+    {
+        Some(Steering::AdvertiseAddress)
+    } else {
+        None
+    }
 }
 
 /// A give-back without the record (never steered, or the record was

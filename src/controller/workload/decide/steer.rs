@@ -15,20 +15,30 @@ use crate::{
     render::workload::{self, ProxyObjects, SteeringObjects},
 };
 
+/// How this pass comes to write the steering.
+pub(super) struct How {
+    /// The record says the spec's mode steers already.
+    pub steered_before: bool,
+    /// A switch completed, in words.
+    pub switched: Option<String>,
+    /// Service steering's hand-over completed in this pass.
+    pub handed_over: bool,
+}
+
 /// Write the steering, note a rewrite by someone else, and remove a proxy
 /// that no longer steers once the handover pause has passed.
-pub(super) fn steer(
-    plan: &mut Plan,
-    pass: &Pass,
-    record: &mut Record,
-    steered_before: bool,
-    switched: Option<String>,
-) {
+pub(super) fn steer(plan: &mut Plan, pass: &Pass, record: &mut Record, how: How) {
+    let How {
+        steered_before,
+        switched,
+        handed_over,
+    } = how;
     let mode = pass.mode();
     let seen = pass.seen;
     // Steering first looks at what is there: a rewrite by someone else is news.
+    // (Not after a hand-over: the Service is as it left it.)
     let mut drift = Vec::new();
-    if steered_before {
+    if steered_before && !handed_over {
         drift = endpoints_drift(pass.objects, pass.wanted, seen);
         if let (SteeringObjects::Service { .. }, Some(live)) =
             (&pass.objects.steering, &pass.facts.service)
@@ -52,14 +62,10 @@ pub(super) fn steer(
         }
     }
     // Service steering's hand-over bridged the provider's addresses with a
-    // slice of ours; once it is done (steering written for the first time,
-    // not a switch) the proxy pods' slices carry the traffic and with
-    // `Local` kube-proxy ignores ours (no node name): it goes.
-    if mode == Steering::Service
-        && !steered_before
-        && switched.is_none()
-        && let Some(bridge) = seen.endpoint_slice.as_ref().filter(|s| is_ours(s))
-    {
+    // slice of ours; once it is done the proxy pods' slices carry the
+    // traffic and with `Local` kube-proxy ignores ours (no node name): it
+    // goes.
+    if handed_over && let Some(bridge) = seen.endpoint_slice.as_ref().filter(|s| is_ours(s)) {
         plan.push(Step::Delete(bridge.clone()));
     }
     mark_applied(plan, record, mode, pass.given.now);

@@ -62,6 +62,7 @@ pub(super) fn switch(
     match stage {
         Stage::Done(summary) => Steer::Yes {
             switched: Some(summary),
+            handed_over: false,
         },
         Stage::Waiting(step) => {
             plan.conditions.push(Desired::ok(
@@ -114,8 +115,18 @@ fn to_address(
     )));
     // 3. The slices the EndpointSlice controller leaves behind for a
     // selector that is gone; then our Endpoints, which the endpoints
-    // controller rewrote while the selector was there.
-    drop_abandoned_slices(plan, pass);
+    // controller rewrote while the selector was there. Where the Service
+    // keeps a selector (the recorded one given back, one another manager
+    // set since) its slices are that selector's, live: they stay.
+    let theirs = pass
+        .facts
+        .service
+        .as_ref()
+        .and_then(|s| s.spec.as_ref()?.selector.as_ref())
+        .is_some_and(|s| *s != workload::selector_labels());
+    if record.now.service.selector.is_none() && !theirs {
+        drop_abandoned_slices(plan, pass);
+    }
     plan.apply(endpoints.clone(), pass.seen.endpoints.clone());
     Stage::Done(
         "switched from service: the advertise address carries the traffic, the Service's selector is released".into(),
@@ -136,13 +147,7 @@ pub(super) fn service_handover(
     record: &mut Record,
     no_nodes: bool,
 ) -> Option<String> {
-    let selects = pass
-        .facts
-        .service
-        .as_ref()
-        .and_then(|s| s.spec.as_ref()?.selector.as_ref())
-        .is_some_and(|s| *s == workload::selector_labels());
-    if !selects {
+    if !selects_proxy(pass) {
         // The selector makes the mirroring controller delete the slice it
         // made of a provider's Endpoints, before the EndpointSlice
         // controller has made the proxy pods': our slice with the same
@@ -197,6 +202,27 @@ pub(super) fn service_handover(
             wait.as_secs()
         )
     })
+}
+
+/// Whether Service `default/kubernetes` selects the proxy pods with
+/// `internalTrafficPolicy: Local` now: service steering holds.
+pub(super) fn service_steered(pass: &Pass) -> bool {
+    selects_proxy(pass)
+        && pass
+            .facts
+            .service
+            .as_ref()
+            .and_then(|s| s.spec.as_ref()?.internal_traffic_policy.as_deref())
+            == Some("Local")
+}
+
+/// Whether Service `default/kubernetes` selects the proxy pods now.
+fn selects_proxy(pass: &Pass) -> bool {
+    pass.facts
+        .service
+        .as_ref()
+        .and_then(|s| s.spec.as_ref()?.selector.as_ref())
+        .is_some_and(|s| *s == workload::selector_labels())
 }
 
 /// Ready endpoints with a node name in the EndpointSlice controller's

@@ -11,7 +11,7 @@ use crate::{
     api::Steering,
     controller::{
         apply,
-        status::{Status, types},
+        status::{Desired, Status, types},
         workload::{
             decide::Removal,
             plan::{Acted, Step},
@@ -70,8 +70,8 @@ fn a_rolled_out_proxy_is_steered_at_after_the_record() {
     assert_eq!(
         writes_to_default(&plan),
         [
-            "Apply Endpoints default/kubernetes",
-            "Apply EndpointSlice default/kubernetes"
+            "Apply EndpointSlice default/kubernetes",
+            "Apply Endpoints default/kubernetes"
         ]
     );
     let records: Vec<_> = plan.records().map(|r| r.applied).collect();
@@ -568,4 +568,117 @@ fn a_removal_without_the_record_keeps_a_steered_proxy() {
     let (plan, removal) = super::removal(&world.removal_facts(true, true)).unwrap();
     assert!(matches!(removal, Removal::Removed(_)), "{removal:?}");
     assert!(!plan.is_empty());
+}
+
+/// Service steering whose selector someone took away goes through the
+/// hand-over again instead of writing `Local` at once: kube-proxy would
+/// drop the endpoints that carry the traffic (the mirror of the API
+/// server's Endpoints) before the proxy pods' slices are back.
+#[test]
+fn service_steering_taken_away_is_handed_over_again() {
+    let world = World {
+        record: steered_with(SERVICE),
+        service: ServiceAt::ApiServer,
+        proxy: ProxyAt::RolledOut { nodes: 1 },
+        ..World::new(SERVICE)
+    };
+    let plan = world.decide();
+    let Some(Desired {
+        reason, message, ..
+    }) = plan
+        .conditions
+        .iter()
+        .rev()
+        .find(|c| c.type_ == types::ENDPOINTS_STEERED)
+    else {
+        panic!("EndpointsSteered")
+    };
+    assert_eq!(reason, "ServiceOverwritten");
+    assert!(
+        message.contains("handing it over to the proxy pods again"),
+        "{message}"
+    );
+    assert!(!plan.drift.is_empty(), "the rewrite is remembered");
+    let writes = writes_to_default(&plan);
+    assert_eq!(
+        writes,
+        [
+            "Apply EndpointSlice default/kubernetes",
+            "ApplyFields Service default/kubernetes"
+        ]
+    );
+    let service = plan
+        .steps()
+        .find_map(|s| match s {
+            Step::ApplyFields { object, .. } => Some(object.data["spec"].clone()),
+            _ => None,
+        })
+        .expect("the Service's selector");
+    assert!(
+        service.get("internalTrafficPolicy").is_none(),
+        "no Local before the pods' slices list the proxies: {service}"
+    );
+
+    // The pods' slices list the proxy, the pause has passed: `Local`, and
+    // the bridge goes.
+    let mut record = steered_with(SERVICE).unwrap();
+    record.proxies_listed_at = Some(NOW - 60);
+    let handed_over = World {
+        record: Some(record),
+        service: ServiceAt::Handover,
+        listed: 1,
+        ..world
+    };
+    let mut facts = handed_over.facts();
+    let bridge = plan
+        .steps()
+        .find_map(|s| match s {
+            Step::Apply { object, .. } if object.metadata.name.as_deref() == Some("kubernetes") => {
+                Some(object.clone())
+            }
+            _ => None,
+        })
+        .unwrap();
+    facts.as_read.endpoint_slice = Some(bridge);
+    let cpi = handed_over.cpi();
+    let plan = super::decide(&handed_over.given(&cpi), &facts).expect("a plan");
+    assert_eq!(steers(&plan), (Status::True, "ServiceSelector".into()));
+    assert_eq!(
+        writes_to_default(&plan),
+        [
+            "ApplyFields Service default/kubernetes",
+            "Delete EndpointSlice default/kubernetes"
+        ]
+    );
+    // The next hand-over waits its own pause.
+    assert_eq!(
+        final_record(&plan, &facts).and_then(|r| r.proxies_listed_at),
+        None
+    );
+}
+
+/// A pass cut short between the steering write and the record's mark
+/// leaves the record saying nothing was applied: the removal still gives
+/// back what the record holds, before the proxy goes.
+#[test]
+fn a_removal_gives_back_steering_the_record_never_marked() {
+    let world = World {
+        record: Some(api_server_record()),
+        address_steered: true,
+        proxy: ProxyAt::RolledOut { nodes: 1 },
+        ..World::new(ADDRESS)
+    };
+    let (plan, removal) = super::removal(&world.removal_facts(false, true)).unwrap();
+    assert!(
+        matches!(&removal, Removal::Restoring(what, _) if what.contains("192.0.2.10")),
+        "{removal:?}"
+    );
+    let steps = describe(&plan);
+    assert!(steps.iter().all(|s| !s.contains("DaemonSet")), "{steps:?}");
+    assert!(
+        steps
+            .iter()
+            .any(|s| s == "Force Endpoints default/kubernetes"),
+        "{steps:?}"
+    );
 }
