@@ -607,22 +607,10 @@ fn spawn_kube_proxy(n: &mut Node, kubeconfig: &Path, mode: KubeProxy) {
     ];
     // Before 1.31 the nftables mode is alpha, off unless its gate is on;
     // once GA the gate is gone and naming it is an error.
-    if mode == "nftables" && nftables_gated(kube_proxy) {
+    if mode == "nftables" && realnode::nftables_gated(Path::new(kube_proxy)) {
         args.push("--feature-gates=NFTablesProxyMode=true");
     }
     n.spawn("kube-proxy", true, &args);
-}
-
-/// Whether this kube-proxy still has the `NFTablesProxyMode` gate off by
-/// default (its alpha, Kubernetes 1.29 and 1.30), as its help says.
-fn nftables_gated(kube_proxy: &str) -> bool {
-    let help = Command::new(kube_proxy)
-        .arg("--help")
-        .output()
-        .unwrap_or_else(|e| panic!("{kube_proxy} --help: {e}"));
-    [help.stdout, help.stderr]
-        .iter()
-        .any(|out| String::from_utf8_lossy(out).contains("NFTablesProxyMode=true|false (ALPHA"))
 }
 
 /// Calls so far through the proxy whose admin port is `port` on the node.

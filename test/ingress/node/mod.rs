@@ -70,7 +70,7 @@ fn node_ready() -> bool {
     let mut files = haproxy_ingress_files();
     files.extend(realnode::required_files());
     files.push((image_tarball(), "bash hack/build-image-tarball.sh"));
-    ready(&["haproxy", "iptables", "unshare", "nsenter"], &files)
+    ready(&["haproxy", "iptables", "nft", "unshare", "nsenter"], &files)
 }
 
 /// The bed, the node and the shared ingress the node reaches.
@@ -93,8 +93,14 @@ impl NodeBed {
     /// (`cni`: its network plugin configured; `taints` registered), the
     /// shared ingress on the host's end of the node's veth, the tenant's
     /// CAPI objects, and its ControlPlaneIngress with `proxy` (steering,
-    /// mode; the upstream and the image are set here).
-    async fn start(cni: bool, taints: &[&str], proxy: Value) -> NodeBed {
+    /// mode; the upstream and the image are set here); kube-proxy runs in
+    /// `proxy_mode`.
+    async fn start(
+        proxy_mode: realnode::ProxyMode,
+        cni: bool,
+        taints: &[&str],
+        proxy: Value,
+    ) -> NodeBed {
         let one = ONE_NODE.lock().await;
         let bed = Bed::start_for_nodes().await;
         let https = realkube::free_port();
@@ -109,6 +115,7 @@ impl NodeBed {
             images: vec![image_tarball()],
             kube_bin: realkube::bin_dir(),
             service_cidr: "10.96.0.0/12".into(),
+            proxy_mode,
         };
         let node = tokio::task::block_in_place(|| Node::start(options))
             .unwrap_or_else(|e| panic!("the node: {e}"));

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Pod;
+use realnode::ProxyMode;
 use serde_json::json;
 
 use super::{
@@ -46,6 +47,7 @@ async fn address_steering_on_a_real_kubelet_renews_and_rolls_without_a_failed_ca
         return;
     }
     let nb = NodeBed::start(
+        ProxyMode::Iptables,
         true,
         &[],
         json!({"steering": "advertise-address", "mode": "reencrypt"}),
@@ -180,7 +182,13 @@ async fn service_steering_on_a_real_kubelet_runs_unprivileged_and_carries_pods()
     if !node_ready() {
         return;
     }
-    let nb = NodeBed::start(true, &[], json!({"steering": "service", "mode": "pooled"})).await;
+    let nb = NodeBed::start(
+        ProxyMode::Iptables,
+        true,
+        &[],
+        json!({"steering": "service", "mode": "pooled"}),
+    )
+    .await;
     let (pod, pid) = proxy_running(&nb, SERVICE_STEERING_NAMESPACE).await;
     let (hard, needed) = check_open_files(&nb, pid, &pod, SERVICE_STEERING_NAMESPACE);
     nb.start_client("on-the-pod-network", false).await;
@@ -224,6 +232,7 @@ async fn a_node_that_is_not_ready_yet_runs_the_proxy_and_its_host_network_pods_r
         return;
     }
     let nb = NodeBed::start(
+        ProxyMode::Iptables,
         false,
         &["node.cloudprovider.kubernetes.io/uninitialized=true:NoSchedule"],
         json!({"steering": "advertise-address", "mode": "reencrypt"}),
@@ -266,5 +275,74 @@ async fn a_node_that_is_not_ready_yet_runs_the_proxy_and_its_host_network_pods_r
     nb.answered("on-the-pod-network", 5).await;
     let calls = nb.calls("on-the-node-network");
     assert!(calls.failures.is_empty(), "{:?}", calls.failures);
+    nb.finish().await;
+}
+
+/// kube-proxy in nftables mode on a real node: a pod and a hostNetwork pod
+/// reach the tenant's API through address steering, then through service
+/// steering after a switch, without a failed call; the node's rules for
+/// `default/kubernetes` are kube-proxy's nftables table, not iptables'.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_steering_modes_on_a_real_kubelet_with_kube_proxy_in_nftables_mode() {
+    if !node_ready() {
+        return;
+    }
+    let nb = NodeBed::start(
+        ProxyMode::Nftables,
+        true,
+        &[],
+        json!({"steering": "advertise-address", "mode": "reencrypt"}),
+    )
+    .await;
+    proxy_running(&nb, NAMESPACE).await;
+    let clients = ["on-the-pod-network", "on-the-node-network"];
+    nb.start_client(clients[0], false).await;
+    nb.start_client(clients[1], true).await;
+    for client in clients {
+        nb.answered(client, 5).await;
+    }
+    let rules = |args: &[&str]| {
+        let out = nb.node.exec(args).expect("a command on the node");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let nft = rules(&["nft", "list", "table", "ip", "kube-proxy"]);
+    assert!(
+        nft.contains("default/kubernetes"),
+        "kube-proxy's nftables table serves the Service: {nft}"
+    );
+    let iptables = rules(&["iptables-save"]);
+    assert!(
+        !iptables.contains("default/kubernetes"),
+        "no iptables rule of kube-proxy's: {iptables}"
+    );
+
+    // The switch: the proxy pods in `default` take the Service over.
+    apply(
+        &nb.bed.client,
+        json!({"apiVersion": "hcp-ingress.dev/v1alpha1", "kind": "ControlPlaneIngress",
+               "metadata": {"name": CLUSTER, "namespace": NS},
+               "spec": {"proxy": {"steering": "service"}}}),
+        "test-user-steering",
+    )
+    .await;
+    proxy_running(&nb, SERVICE_STEERING_NAMESPACE).await;
+    nb.eventually("the switch to service steering done", || async {
+        let (reason, _) = nb.bed.condition("EndpointsSteered", "True").await;
+        (reason == "ServiceSelector").then_some(())
+    })
+    .await;
+    for client in clients {
+        let before = nb.calls(client).answered_by.values().sum::<usize>();
+        nb.eventually(&format!("5 more calls of pod {client}"), || async {
+            (nb.calls(client).answered_by.values().sum::<usize>() >= before + 5).then_some(())
+        })
+        .await;
+        let calls = nb.calls(client);
+        assert!(
+            calls.failures.is_empty(),
+            "{client} lost the API on nftables: {:?}",
+            calls.failures
+        );
+    }
     nb.finish().await;
 }

@@ -11,7 +11,7 @@ use base64::Engine;
 use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair};
 use serde_json::json;
 
-use crate::{Error, Options, POD_CIDR};
+use crate::{Error, Options, POD_CIDR, ProxyMode};
 
 /// What `hack/node/build.sh` builds.
 pub const BINARIES: [&str; 6] = [
@@ -69,21 +69,44 @@ pub fn write_all(
         &at("kube-proxy.kubeconfig"),
         &kubeconfig(opts, "system:kube-proxy", &proxy),
     )?;
-    let kube_proxy = json!({
+    let mut kube_proxy = json!({
         "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
         "kind": "KubeProxyConfiguration",
         "clientConnection": {"kubeconfig": at("kube-proxy.kubeconfig")},
-        "mode": "iptables",
+        "mode": match opts.proxy_mode {
+            ProxyMode::Iptables => "iptables",
+            ProxyMode::Nftables => "nftables",
+        },
         "clusterCIDR": POD_CIDR,
         // The node's conntrack table is the host's: leave its limits alone.
         "conntrack": {"maxPerCore": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
         // A steering change reaches the rules within a second.
         "iptables": {"syncPeriod": "1s", "minSyncPeriod": "0s"},
+        "nftables": {"syncPeriod": "1s", "minSyncPeriod": "0s"},
         "metricsBindAddress": "127.0.0.1:10249",
         "healthzBindAddress": "127.0.0.1:10256",
     });
+    // Before 1.31 the nftables mode is alpha, off unless its gate is on;
+    // once GA the gate is gone and naming it is an error.
+    if opts.proxy_mode == ProxyMode::Nftables && nftables_gated(&opts.kube_bin.join("kube-proxy")) {
+        kube_proxy["featureGates"] = json!({"NFTablesProxyMode": true});
+    }
     write(&at("kube-proxy.yaml"), &kube_proxy.to_string())?;
     Ok(Files { hosts: at("hosts") })
+}
+
+/// Whether this kube-proxy still has the `NFTablesProxyMode` gate off by
+/// default (its alpha, Kubernetes 1.29 and 1.30), as its help says: its
+/// nftables mode needs the gate on, and once GA naming the gate is an error.
+pub fn nftables_gated(kube_proxy: &Path) -> bool {
+    std::process::Command::new(kube_proxy)
+        .arg("--help")
+        .output()
+        .is_ok_and(|help| {
+            [help.stdout, help.stderr].iter().any(|out| {
+                String::from_utf8_lossy(out).contains("NFTablesProxyMode=true|false (ALPHA")
+            })
+        })
 }
 
 /// The kubelet's config: cgroupfs under `cgroup_root`, cgroup v1 allowed,

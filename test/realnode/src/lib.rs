@@ -106,6 +106,21 @@ pub struct Options {
     pub kube_bin: PathBuf,
     /// The API server's `--service-cluster-ip-range` (kube-proxy's rules).
     pub service_cidr: String,
+    /// kube-proxy's mode.
+    pub proxy_mode: ProxyMode,
+}
+
+pub use config::nftables_gated;
+
+/// kube-proxy's mode on the node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ProxyMode {
+    /// The default mode.
+    #[default]
+    Iptables,
+    /// GA since Kubernetes 1.33; alpha behind the `NFTablesProxyMode`
+    /// feature gate on 1.30, which the node's config turns on there.
+    Nftables,
 }
 
 /// The tests' in-cluster client image (hack/node/apicall), which

@@ -682,3 +682,53 @@ fn a_removal_gives_back_steering_the_record_never_marked() {
         "{steps:?}"
     );
 }
+
+/// A deletion in the middle of service steering's hand-over (the Service
+/// selects the proxy pods, our slice bridges the provider's addresses, the
+/// record not yet marked): the selector goes, the provider's Endpoints are
+/// given back, and our slice only once another carries them.
+#[test]
+fn a_removal_during_the_service_hand_over_gives_the_service_back() {
+    let world = World {
+        record: Some(api_server_record()),
+        service: ServiceAt::Handover,
+        listed: 1,
+        proxy: ProxyAt::RolledOut { nodes: 1 },
+        ..World::new(SERVICE)
+    };
+    let cpi = world.cpi();
+    let bridge = super::decide(
+        &world.given(&cpi),
+        &World {
+            service: ServiceAt::ApiServer,
+            ..world.clone()
+        }
+        .facts(),
+    )
+    .expect("a plan")
+    .steps()
+    .find_map(|s| match s {
+        Step::Apply { object, .. } if object.metadata.name.as_deref() == Some("kubernetes") => {
+            Some(object.clone())
+        }
+        _ => None,
+    })
+    .expect("the hand-over's bridge");
+    let mut facts = world.removal_facts(false, true);
+    facts.our_slice = Some(bridge);
+    let (plan, removal) = super::removal(&facts).unwrap();
+    assert!(
+        matches!(&removal, Removal::Restoring(what, _) if what.contains("selector removed")),
+        "{removal:?}"
+    );
+    let steps = describe(&plan);
+    assert_eq!(steps[0], "Force Service default/kubernetes", "{steps:?}");
+    let waits = steps.iter().position(|s| s == "AwaitOtherSlice");
+    let bridge_goes = steps
+        .iter()
+        .position(|s| s == "Delete EndpointSlice default/kubernetes");
+    assert!(
+        waits.is_some() && bridge_goes.is_some() && waits < bridge_goes,
+        "{steps:?}"
+    );
+}
