@@ -17,6 +17,7 @@
 
 mod complement;
 mod pass;
+mod publish;
 mod removal;
 mod steer;
 mod switch;
@@ -34,6 +35,7 @@ use std::time::Duration;
 pub(super) use complement::complement;
 pub(super) use pass::Given;
 use pass::{Pass, ProxyState, Record, Seen, Steer, Wanted, taken_over};
+pub(super) use publish::{PublishedAt, publish};
 pub use removal::Removal;
 pub(super) use removal::{RemovalFacts, removal};
 
@@ -249,10 +251,13 @@ pub(super) fn reported(
     (conditions, Some(retry))
 }
 
-/// The CCM override, last: its steps and CCMConfigured.
+/// The CCM override and the published endpoint, last: both point at the
+/// ingress by name and need nothing of the proxy. Their steps, CCMConfigured
+/// and EndpointPublished.
 fn configure_ccm(plan: &mut Plan, given: &Given, facts: &Facts) {
     plan.enter(Phase::Ccm);
     let (steps, condition) = ccm::plan(given.cpi, &facts.ccm);
     plan.extend(steps);
     plan.conditions.push(condition);
+    publish(plan, given.cpi, &facts.published);
 }

@@ -569,3 +569,58 @@ fn a_removal_without_the_record_keeps_a_steered_proxy() {
     assert!(matches!(removal, Removal::Removed(_)), "{removal:?}");
     assert!(!plan.is_empty());
 }
+
+/// The removal gives back the published endpoint with the CCM override:
+/// the ConfigMaps that are ours go, one of the same name that is not ours
+/// stays as it is.
+#[test]
+fn a_removal_deletes_the_published_endpoint_only_where_it_is_ours() {
+    let world = World {
+        record: Some(SteeringRecord {
+            applied: None,
+            restored: Some("Endpoints default/kubernetes restored".into()),
+            replaced_at: Some(NOW - 60),
+            ..SteeringRecord::default()
+        }),
+        proxy: ProxyAt::RolledOut { nodes: 1 },
+        ..World::new(ADDRESS)
+    };
+    let config_map = |namespace: &str, name: &str, ours: bool| {
+        let labels = if ours {
+            serde_json::json!({crate::api::MANAGED_BY_LABEL: crate::api::MANAGER})
+        } else {
+            serde_json::json!({"app.kubernetes.io/managed-by": "Helm"})
+        };
+        serde_json::from_value::<kube::api::DynamicObject>(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        }))
+        .unwrap()
+    };
+    let mut facts = world.removal_facts(false, true);
+    facts.published = vec![
+        config_map("kube-system", "kubernetes-services-endpoint", true),
+        config_map("tigera-operator", "kubernetes-services-endpoint", false),
+        config_map("kube-system", "control-plane-endpoint", true),
+    ];
+    let (plan, removal) = super::removal(&facts).unwrap();
+    let Removal::Removed(note) = removal else {
+        panic!("{removal:?}");
+    };
+    let deleted: Vec<String> = describe(&plan)
+        .into_iter()
+        .filter(|s| s.contains("endpoint"))
+        .collect();
+    assert_eq!(
+        deleted,
+        [
+            "Delete ConfigMap kube-system/kubernetes-services-endpoint",
+            "Delete ConfigMap kube-system/control-plane-endpoint",
+        ]
+    );
+    assert!(
+        note.contains("kube-system/kubernetes-services-endpoint")
+            && !note.contains("tigera-operator"),
+        "{note}"
+    );
+}
