@@ -489,7 +489,7 @@ pub struct ControlPlaneIngressStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Ready, RouteReady, EndpointReachable, CertificateCoversHosts, WorkloadReachable,
-    /// ProxyReady, EndpointsSteered, CCMConfigured, Paused.
+    /// ProxyReady, EndpointsSteered, CCMConfigured, EndpointPublished, Paused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The effective route flavor.
