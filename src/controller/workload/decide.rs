@@ -35,7 +35,7 @@ use std::time::Duration;
 pub(super) use complement::complement;
 pub(super) use pass::Given;
 use pass::{Pass, ProxyState, Record, Seen, Steer, Wanted, taken_over};
-pub(super) use publish::{PublishedAt, publish};
+use publish::publish;
 pub use removal::Removal;
 pub(super) use removal::{RemovalFacts, removal};
 

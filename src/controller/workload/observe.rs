@@ -19,7 +19,6 @@ use kube::{
 
 use super::{
     ccm::{self, CcmFacts},
-    decide::PublishedAt,
     error::{WorkloadError, api_error},
     outcome::workload_key,
     read::get,
@@ -29,7 +28,7 @@ use super::{
 use crate::{
     api::{ControlPlaneIngress, UpstreamObject},
     controller::context::Context,
-    render::workload::{self, NAME, ProxyTls, SteeringRecord, WorkloadInputs},
+    render::workload::{self, EndpointLocation, NAME, ProxyTls, SteeringRecord, WorkloadInputs},
 };
 
 /// What the workload cluster holds, as read at the start of a reconcile.
@@ -88,6 +87,18 @@ pub(super) struct LiveProxy {
     pub secret: Option<DynamicObject>,
     /// Its DaemonSet, with the status the rollout is read from.
     pub daemon_set: Option<DynamicObject>,
+}
+
+/// One place the endpoint of `spec.kubeProxyReplacement` is published, as read.
+#[derive(Clone, Debug)]
+pub(super) struct PublishedAt {
+    /// Where.
+    pub location: EndpointLocation,
+    /// The ConfigMap there, whoever wrote it.
+    pub live: Option<DynamicObject>,
+    /// Whether its namespace exists (read only with the opt-in: we write
+    /// into a namespace, never create it).
+    pub namespace_exists: bool,
 }
 
 /// The cluster CA's certificate and the proxy's serving certificate.

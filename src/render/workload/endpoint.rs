@@ -16,7 +16,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::{api::core::v1::ConfigMap, apimachinery::pkg::apis::meta::v1::ObjectMeta};
 
-use super::shared::{NAMESPACE, own_labels};
+use super::{
+    ccm::{SERVICE_HOST_ENV, SERVICE_PORT_ENV},
+    shared::{NAMESPACE, own_labels},
+};
 use crate::api::ControlPlaneIngress;
 
 /// Calico's ConfigMap, read in `kube-system` by manifest installs
@@ -54,14 +57,14 @@ pub const ENDPOINT_LOCATIONS: [EndpointLocation; 3] = [
     EndpointLocation {
         namespace: NAMESPACE,
         name: CALICO_ENDPOINT_NAME,
-        host_key: super::ccm::SERVICE_HOST_ENV,
-        port_key: super::ccm::SERVICE_PORT_ENV,
+        host_key: SERVICE_HOST_ENV,
+        port_key: SERVICE_PORT_ENV,
     },
     EndpointLocation {
         namespace: OPERATOR_NAMESPACE,
         name: CALICO_ENDPOINT_NAME,
-        host_key: super::ccm::SERVICE_HOST_ENV,
-        port_key: super::ccm::SERVICE_PORT_ENV,
+        host_key: SERVICE_HOST_ENV,
+        port_key: SERVICE_PORT_ENV,
     },
     EndpointLocation {
         namespace: NAMESPACE,
@@ -111,13 +114,10 @@ pub fn endpoint_config_maps(cpi: &ControlPlaneIngress) -> Vec<(EndpointLocation,
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::{
-        api::{
-            BackendSpec, ControlPlaneIngressSpec, IngressSpec, KubeProxyReplacementSpec,
-            MANAGED_BY_LABEL,
-        },
-        render::workload::is_ours,
+    use super::{super::shared::is_ours, *};
+    use crate::api::{
+        BackendSpec, ControlPlaneIngressSpec, IngressSpec, KubeProxyReplacementSpec,
+        MANAGED_BY_LABEL,
     };
 
     fn cpi(publish: Option<bool>) -> ControlPlaneIngress {

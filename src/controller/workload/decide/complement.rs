@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use super::{
-    super::{ccm::CcmFacts, plan::Phase, plan::Plan},
-    publish::{PublishedAt, publish},
+    super::{ccm::CcmFacts, observe::PublishedAt, plan::Phase, plan::Plan},
+    publish::publish,
 };
 use crate::{
     api::{ControlPlaneIngress, UpstreamObject},

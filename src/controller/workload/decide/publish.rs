@@ -3,29 +3,18 @@
 //! agents read, written where they are ours or absent, reported where
 //! someone else's holds the name, and taken back when the opt-in goes.
 
-use kube::api::DynamicObject;
-
 use super::{
-    super::plan::{Plan, Step},
+    super::{
+        observe::PublishedAt,
+        plan::{Plan, Step},
+    },
     pass::is_ours,
 };
 use crate::{
     api::{ControlPlaneIngress, MANAGED_BY_LABEL, MANAGER},
     controller::status::{Desired, types},
-    render::workload::{self, EndpointLocation},
+    render::workload,
 };
-
-/// One place the address is published, as read.
-#[derive(Clone, Debug)]
-pub(in crate::controller::workload) struct PublishedAt {
-    /// Where.
-    pub location: EndpointLocation,
-    /// The ConfigMap there, whoever wrote it.
-    pub live: Option<DynamicObject>,
-    /// Whether its namespace exists (read only with the opt-in: we write
-    /// into a namespace, never create it).
-    pub namespace_exists: bool,
-}
 
 /// The steps and EndpointPublished of `spec.kubeProxyReplacement`, into the
 /// plan's current phase. Without the opt-in the ConfigMaps that are ours go,
@@ -127,10 +116,10 @@ pub(in crate::controller::workload) fn publish(
 mod tests {
     use serde_json::json;
 
-    use kube::ResourceExt;
+    use kube::{ResourceExt, api::DynamicObject};
 
     use super::*;
-    use crate::controller::status::Status;
+    use crate::{controller::status::Status, render::workload::EndpointLocation};
 
     fn cpi(publish: bool) -> ControlPlaneIngress {
         serde_json::from_value(json!({
