@@ -43,13 +43,26 @@ use crate::{
 
 /// The ControlPlaneIngress: the defaults (the node proxy and its steering,
 /// which a kube-proxy replacement implements as kube-proxy would) and the
-/// opt-in.
-fn cpi() -> serde_json::Value {
+/// opt-in, on or off.
+fn cpi(publish: bool) -> serde_json::Value {
     json!({"apiVersion": "hcp-ingress.dev/v1alpha1", "kind": "ControlPlaneIngress",
         "metadata": {"name": CLUSTER, "namespace": NS},
         "spec": {"clusterName": CLUSTER, "ingress": {"apiHost": API_HOST, "className": "haproxy"},
                  "backend": {"serviceName": "kmc-tenant-01", "apiPort": 30443},
-                 "kubeProxyReplacement": {"publishEndpoint": true}}})
+                 "kubeProxyReplacement": {"publishEndpoint": publish}}})
+}
+
+/// Wait until our ConfigMaps in `kube-system` are gone, `why`.
+async fn ours_gone(path: &DataPath, why: &str) {
+    let system_cms: Api<ConfigMap> = Api::namespaced(path.w.client(), "kube-system");
+    until(&path.node, 60, why, async || {
+        let mut gone = true;
+        for name in [CALICO_ENDPOINT_NAME, CILIUM_ENDPOINT_NAME] {
+            gone &= matches!(system_cms.get_opt(name).await, Ok(None));
+        }
+        gone
+    })
+    .await;
 }
 
 /// The environment an agent gets from a ConfigMap: `envFrom` takes every
@@ -147,7 +160,7 @@ async fn agents_reach_the_api_server_from_the_published_endpoint_without_kube_pr
         .unwrap();
 
     let (m, running) = path.manage().await;
-    apply_value(&m.client, cpi()).await;
+    apply_value(&m.client, cpi(true)).await;
 
     // 1. Published: Calico's and Cilium's ConfigMaps hold apiHost:port.
     let calico = published(&path, "kube-system", CALICO_ENDPOINT_NAME).await;
@@ -240,19 +253,24 @@ async fn agents_reach_the_api_server_from_the_published_endpoint_without_kube_pr
         "every call of the pod answered: {log}"
     );
 
-    // 5. Deleted: what we published goes, the user's ConfigMap stays.
+    // 5. The opt-in removed: ours go, the user's stays; back on: published again.
+    apply_value(&m.client, cpi(false)).await;
+    ours_gone(&path, "our ConfigMaps gone with the opt-in").await;
+    let kept = operator_cms.get(CALICO_ENDPOINT_NAME).await.unwrap();
+    assert_eq!(kept.data.unwrap()["KUBERNETES_SERVICE_HOST"], "10.0.0.10");
+    apply_value(&m.client, cpi(true)).await;
+    assert_eq!(
+        published(&path, "kube-system", CALICO_ENDPOINT_NAME).await,
+        calico
+    );
+
+    // 6. Deleted: what we published goes, the user's ConfigMap stays.
     cpis(&m.client)
         .delete(CLUSTER, &DeleteParams::default())
         .await
         .unwrap();
     wait_cpi_gone(&m.client, CLUSTER).await;
-    let system_cms: Api<ConfigMap> = Api::namespaced(wc.clone(), "kube-system");
-    for name in [CALICO_ENDPOINT_NAME, CILIUM_ENDPOINT_NAME] {
-        assert!(
-            system_cms.get_opt(name).await.unwrap().is_none(),
-            "ConfigMap kube-system/{name} outlived the ControlPlaneIngress"
-        );
-    }
+    ours_gone(&path, "our ConfigMaps gone with the ControlPlaneIngress").await;
     let kept = operator_cms.get(CALICO_ENDPOINT_NAME).await.unwrap();
     assert_eq!(kept.data.unwrap()["KUBERNETES_SERVICE_HOST"], "10.0.0.10");
 
