@@ -30,9 +30,8 @@ use crate::{
 /// first give `default/kubernetes` back what steering took (from the record
 /// made before the first steering write), then the CCM workloads we
 /// patched and the endpoint we published, then the DaemonSet, Secret and
-/// ConfigMap, last the record. When
-/// nothing safe can be given back the proxy stays: a cluster is never left
-/// steered at a proxy that is gone.
+/// ConfigMap, last the record. When nothing safe can be given back the proxy
+/// stays: a cluster is never left steered at a proxy that is gone.
 pub async fn cleanup(ctx: &Context, cpi: &ControlPlaneIngress) -> Result<Removal, WorkloadError> {
     let client = match ctx.workload_clients.of(&ctx.client, cpi).await {
         Ok(client) => client,

@@ -80,7 +80,7 @@ pub(super) fn decide(given: &Given, facts: &Facts) -> Result<Plan, WorkloadError
     if taken_over(given.cpi).is_some() {
         match takeover::prepare(&mut plan, &pass, &mut record)? {
             takeover::Prepared::Waiting => {
-                configure_ccm(&mut plan, given, facts);
+                configure_ccm(&mut plan, given, facts)?;
                 return Ok(plan);
             }
             takeover::Prepared::Steer {
@@ -115,7 +115,7 @@ pub(super) fn decide(given: &Given, facts: &Facts) -> Result<Plan, WorkloadError
         plan.retry(given.retry);
     }
     plan.proxy = Some((proxy.desired, proxy.ready));
-    configure_ccm(&mut plan, given, facts);
+    configure_ccm(&mut plan, given, facts)?;
     Ok(plan)
 }
 
@@ -254,10 +254,10 @@ pub(super) fn reported(
 /// The CCM override and the published endpoint, last: both point at the
 /// ingress by name and need nothing of the proxy. Their steps, CCMConfigured
 /// and EndpointPublished.
-fn configure_ccm(plan: &mut Plan, given: &Given, facts: &Facts) {
+fn configure_ccm(plan: &mut Plan, given: &Given, facts: &Facts) -> Result<(), WorkloadError> {
     plan.enter(Phase::Ccm);
     let (steps, condition) = ccm::plan(given.cpi, &facts.ccm);
     plan.extend(steps);
     plan.conditions.push(condition);
-    publish(plan, given.cpi, &facts.published);
+    publish(plan, given.cpi, &facts.published)
 }

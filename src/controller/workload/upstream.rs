@@ -38,7 +38,7 @@ pub(super) async fn complement(
             &ccm_facts,
             &published,
             ctx.settings.retry,
-        );
+        )?;
         act::act(ctx, &client, &plan).await?;
         Ok::<_, WorkloadError>(Outcome {
             conditions: plan.conditions,

@@ -6,7 +6,12 @@
 use std::time::Duration;
 
 use super::{
-    super::{ccm::CcmFacts, observe::PublishedAt, plan::Phase, plan::Plan},
+    super::{
+        ccm::CcmFacts,
+        error::WorkloadError,
+        observe::PublishedAt,
+        plan::{Phase, Plan},
+    },
     publish::publish,
 };
 use crate::{
@@ -26,7 +31,7 @@ pub(in crate::controller::workload) fn complement(
     ccm_facts: &CcmFacts,
     published: &[PublishedAt],
     retry: Duration,
-) -> Plan {
+) -> Result<Plan, WorkloadError> {
     let provider = cpi
         .spec
         .upstream
@@ -73,6 +78,6 @@ pub(in crate::controller::workload) fn complement(
     let (steps, configured) = ccm::plan(cpi, ccm_facts);
     plan.extend(steps);
     plan.conditions.push(configured);
-    publish(&mut plan, cpi, published);
-    plan
+    publish(&mut plan, cpi, published)?;
+    Ok(plan)
 }

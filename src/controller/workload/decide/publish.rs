@@ -5,6 +5,7 @@
 
 use super::{
     super::{
+        error::WorkloadError,
         observe::PublishedAt,
         plan::{Plan, Step},
     },
@@ -23,7 +24,7 @@ pub(in crate::controller::workload) fn publish(
     plan: &mut Plan,
     cpi: &ControlPlaneIngress,
     seen: &[PublishedAt],
-) {
+) -> Result<(), WorkloadError> {
     let wanted = workload::endpoint_config_maps(cpi);
     if wanted.is_empty() {
         plan.extend(
@@ -32,7 +33,7 @@ pub(in crate::controller::workload) fn publish(
                 .filter(is_ours)
                 .map(Step::Delete),
         );
-        return;
+        return Ok(());
     }
     let ingress = &cpi.spec.ingress;
     let address = format!("{}:{}", ingress.api_host, ingress.port);
@@ -54,7 +55,7 @@ pub(in crate::controller::workload) fn publish(
                     v.map_or_else(|| "unset".into(), |v| v.to_string())
                 };
                 conflicts.push(format!(
-                    "{location} (not ours: no label {MANAGED_BY_LABEL}={MANAGER}) has data.{} {} and data.{} {}",
+                    "{location} is not ours (no label {MANAGED_BY_LABEL}={MANAGER}) and holds data.{} {}, data.{} {}",
                     location.host_key,
                     shown(host),
                     location.port_key,
@@ -67,13 +68,9 @@ pub(in crate::controller::workload) fn publish(
             waiting.push(location);
             continue;
         }
-        match workload::dynamic(&config_map, "ConfigMap") {
-            Ok(object) => {
-                plan.push(Step::Apply { object, live });
-                written.push(location.to_string());
-            }
-            Err(e) => conflicts.push(format!("{location} cannot be built: {e}")),
-        }
+        let object = workload::dynamic(&config_map, "ConfigMap")?;
+        plan.push(Step::Apply { object, live });
+        written.push(location.to_string());
     }
     let mut parts = Vec::new();
     if !written.is_empty() {
@@ -99,7 +96,7 @@ pub(in crate::controller::workload) fn publish(
             types::ENDPOINT_PUBLISHED,
             "ConfigMapNotOurs",
             format!(
-                "left as they are, the dataplane's agents read another address there: {}; set those keys to {address} or delete the ConfigMap for hcp-ingress to write its own{}",
+                "{}: left as it is, so the dataplane's agents that read it do not get {address}; set those keys to {address}, or delete the ConfigMap and hcp-ingress writes its own{}",
                 conflicts.join("; "),
                 if summary.is_empty() {
                     String::new()
@@ -110,6 +107,7 @@ pub(in crate::controller::workload) fn publish(
         )
     };
     plan.conditions.push(condition);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -190,7 +188,7 @@ mod tests {
     #[test]
     fn without_the_opt_in_nothing_is_written_or_reported() {
         let mut plan = Plan::default();
-        publish(&mut plan, &cpi(false), &seen(|_| None));
+        publish(&mut plan, &cpi(false), &seen(|_| None)).unwrap();
         assert!(plan.is_empty(), "{:?}", steps(&plan));
         assert_eq!(published(&plan), None);
     }
@@ -198,7 +196,7 @@ mod tests {
     #[test]
     fn the_opt_in_writes_the_api_host_and_the_ingress_port_for_calico_and_cilium() {
         let mut plan = Plan::default();
-        publish(&mut plan, &cpi(true), &seen(|_| None));
+        publish(&mut plan, &cpi(true), &seen(|_| None)).unwrap();
         let calico = r#"{"KUBERNETES_SERVICE_HOST":"api.tenant-01.example.com","KUBERNETES_SERVICE_PORT":"8443"}"#;
         assert_eq!(
             steps(&plan),
@@ -223,7 +221,7 @@ mod tests {
         for s in &mut at {
             s.namespace_exists = s.location.namespace != workload::OPERATOR_NAMESPACE;
         }
-        publish(&mut plan, &cpi(true), &at);
+        publish(&mut plan, &cpi(true), &at).unwrap();
         assert!(
             steps(&plan).iter().all(|s| !s.contains("tigera-operator")),
             "{:?}",
@@ -244,7 +242,7 @@ mod tests {
             (l.name == workload::CALICO_ENDPOINT_NAME && l.namespace == "kube-system")
                 .then(|| config_map(l, false, "10.0.0.10"))
         };
-        publish(&mut plan, &cpi(true), &seen(theirs));
+        publish(&mut plan, &cpi(true), &seen(theirs)).unwrap();
         let steps = steps(&plan);
         assert!(
             steps
@@ -273,7 +271,7 @@ mod tests {
             (l.name == workload::CILIUM_ENDPOINT_NAME)
                 .then(|| config_map(l, false, "api.tenant-01.example.com"))
         };
-        publish(&mut plan, &cpi(true), &seen(theirs));
+        publish(&mut plan, &cpi(true), &seen(theirs)).unwrap();
         assert_eq!(steps(&plan).len(), 2, "{:?}", steps(&plan));
         let (status, _, message) = published(&plan).expect("EndpointPublished");
         assert_eq!(status, Status::True);
@@ -290,7 +288,7 @@ mod tests {
                 "api.tenant-01.example.com",
             ))
         };
-        publish(&mut plan, &cpi(false), &seen(live));
+        publish(&mut plan, &cpi(false), &seen(live)).unwrap();
         assert_eq!(
             steps(&plan),
             [
