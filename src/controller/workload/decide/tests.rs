@@ -624,3 +624,56 @@ fn a_removal_deletes_the_published_endpoint_only_where_it_is_ours() {
         "{note}"
     );
 }
+
+/// Beside a provider's own node proxy the endpoint is published as the CCM
+/// override is applied: nothing of the proxy is needed for it.
+#[test]
+fn beside_a_providers_node_proxy_the_endpoint_is_published() {
+    let cpi: crate::api::ControlPlaneIngress = serde_json::from_value(serde_json::json!({
+        "apiVersion": "hcp-ingress.dev/v1alpha1", "kind": "ControlPlaneIngress",
+        "metadata": {"name": "tenant-01", "namespace": "tenants"},
+        "spec": {
+            "clusterName": "tenant-01",
+            "ingress": {"apiHost": "api.tenant-01.example.com"},
+            "backend": {"serviceName": "kmc-tenant-01", "apiPort": 30443},
+            "upstream": {"provider": "k0smotron",
+                "nodeProxy": {"kind": "DaemonSet", "namespace": "default", "name": "k0smotron-haproxy"}},
+            "kubeProxyReplacement": {"publishEndpoint": true},
+        },
+    }))
+    .unwrap();
+    let upstream = cpi.spec.upstream.clone().unwrap().node_proxy.unwrap();
+    let published: Vec<_> = crate::render::workload::ENDPOINT_LOCATIONS
+        .iter()
+        .map(|location| super::super::observe::PublishedAt {
+            location: *location,
+            live: None,
+            namespace_exists: true,
+        })
+        .collect();
+    let plan = super::complement(
+        &cpi,
+        &upstream,
+        Some((1, 1)),
+        &Default::default(),
+        &published,
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    assert_eq!(
+        describe(&plan),
+        [
+            "Apply ConfigMap kube-system/kubernetes-services-endpoint",
+            "Apply ConfigMap tigera-operator/kubernetes-services-endpoint",
+            "Apply ConfigMap kube-system/control-plane-endpoint",
+        ]
+    );
+    assert_eq!(
+        condition(&plan, types::ENDPOINT_PUBLISHED),
+        Some((Status::True, "Published".into()))
+    );
+    assert_eq!(
+        condition(&plan, types::ENDPOINTS_STEERED),
+        Some((Status::True, "ManagedByUpstream".into()))
+    );
+}
