@@ -20,11 +20,7 @@
 //! SNI and certificate check against the cluster CA for that host, a bearer
 //! token.
 
-use std::{
-    collections::BTreeMap,
-    sync::{Arc, Mutex},
-    time::Instant,
-};
+use std::{collections::BTreeMap, time::Instant};
 
 use hcp_ingress::render::workload::{
     CALICO_ENDPOINT_NAME, CILIUM_ENDPOINT_NAME, OPERATOR_NAMESPACE,
@@ -88,21 +84,18 @@ fn answered(node: &Node, name: &str) -> usize {
 /// The ConfigMap `namespace/name` in the workload cluster, once it exists.
 async fn published(path: &DataPath, namespace: &str, name: &str) -> BTreeMap<String, String> {
     let api: Api<ConfigMap> = Api::namespaced(path.w.client(), namespace);
-    let found = Arc::new(Mutex::new(None));
+    let mut found = None;
     until(
         &path.node,
         WITHIN.as_secs(),
         &format!("ConfigMap {namespace}/{name}"),
         async || {
-            let cm = api.get_opt(name).await.ok().flatten();
-            let data = cm.and_then(|c| c.data);
-            let got = data.is_some();
-            *found.lock().unwrap() = data;
-            got
+            found = api.get_opt(name).await.ok().flatten().and_then(|c| c.data);
+            found.is_some()
         },
     )
     .await;
-    found.lock().unwrap().take().unwrap()
+    found.expect("checked by until")
 }
 
 /// With no kube-proxy on the node, the agents configured from the published
