@@ -96,6 +96,12 @@ pub struct ControlPlaneIngressSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ccm: Option<CcmSpec>,
 
+    /// For a workload cluster whose dataplane replaces kube-proxy (Cilium's
+    /// kube-proxy replacement, Calico's eBPF dataplane): its agents implement
+    /// Services, so they need the API server's address before any Service works.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_proxy_replacement: Option<KubeProxyReplacementSpec>,
+
     /// The Secret with the workload cluster's kubeconfig; default `<clusterName>-kubeconfig`, key `value` (CAPI's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubeconfig_secret: Option<SecretKeyRef>,
@@ -459,6 +465,22 @@ impl Default for CcmSpec {
     }
 }
 
+/// A workload cluster without kube-proxy.
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeProxyReplacementSpec {
+    /// Publish `ingress.apiHost` and `ingress.port` in the ConfigMaps the
+    /// dataplanes' agents read before Services work: ConfigMap
+    /// `kubernetes-services-endpoint` (keys `KUBERNETES_SERVICE_HOST`,
+    /// `KUBERNETES_SERVICE_PORT`) in `kube-system` and, once that namespace
+    /// exists, in `tigera-operator` (Calico), and ConfigMap
+    /// `kube-system/control-plane-endpoint` (keys `apiServerHost`,
+    /// `apiServerPort`) for Cilium's `k8sServiceHostRef`. A ConfigMap of those
+    /// names that is not ours is left as it is and reported.
+    #[serde(default)]
+    pub publish_endpoint: bool,
+}
+
 /// Observed state.
 #[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
@@ -467,7 +489,7 @@ pub struct ControlPlaneIngressStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Ready, RouteReady, EndpointReachable, CertificateCoversHosts, WorkloadReachable,
-    /// ProxyReady, EndpointsSteered, CCMConfigured, Paused.
+    /// ProxyReady, EndpointsSteered, CCMConfigured, EndpointPublished, Paused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The effective route flavor.

@@ -35,7 +35,7 @@ pub struct RenderArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t)]
     pub output: Output,
-    /// Print the workload-cluster objects (node proxy, steering, CCM override) instead of the management-side ones.
+    /// Print the workload-cluster objects (node proxy, steering, CCM override, published endpoint) instead of the management-side ones.
     #[arg(long)]
     pub workload: bool,
     /// Wrap the workload objects in a ConfigMap, a Secret and a ClusterResourceSet (implies --workload; see docs/clusterresourceset.md).

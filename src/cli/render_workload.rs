@@ -171,6 +171,11 @@ pub fn render_workload_documents(
                     env_text(&cpi)
                 ));
             }
+            if proxy.is_some() && workload::publishes_endpoint(&cpi) {
+                rendered.notes.push(format!(
+                    "{object}: the ClusterResourceSet does not carry the endpoint of spec.kubeProxyReplacement (its tigera-operator ConfigMap needs that namespace); render without --as-cluster-resource-set prints those ConfigMaps"
+                ));
+            }
         } else {
             for obj in proxy
                 .as_ref()
@@ -179,6 +184,20 @@ pub fn render_workload_documents(
                 .unwrap_or_default()
             {
                 rendered.objects.push(to_value(&obj)?);
+            }
+            // Written where the proxy is: the controller publishes the
+            // endpoint in the same passes as the proxy and the CCM override.
+            if proxy.is_some() {
+                for (_, config_map) in workload::endpoint_config_maps(&cpi) {
+                    rendered.objects.push(to_value(&config_map)?);
+                }
+                if workload::publishes_endpoint(&cpi) {
+                    rendered.notes.push(format!(
+                        "{object}: the controller writes ConfigMap {}/{} only once that namespace exists (Calico's operator creates it)",
+                        workload::OPERATOR_NAMESPACE,
+                        workload::CALICO_ENDPOINT_NAME
+                    ));
+                }
             }
             for target in workload::ccm_targets(&cpi) {
                 if target.containers.is_empty() {

@@ -26,14 +26,18 @@ pub mod types {
     pub const ENDPOINTS_STEERED: &str = "EndpointsSteered";
     /// The cloud-controller-manager dials the ingress by name.
     pub const CCM_CONFIGURED: &str = "CCMConfigured";
+    /// The API server's address is published where dataplanes that replace
+    /// kube-proxy read it (only with `spec.kubeProxyReplacement.publishEndpoint`).
+    pub const ENDPOINT_PUBLISHED: &str = "EndpointPublished";
     /// The control plane's own spec (the source object) has what the path needs.
     pub const PREFLIGHT: &str = "Preflight";
     /// Conditions the workload side owns.
-    pub const ALL_WORKLOAD: [&str; 4] = [
+    pub const ALL_WORKLOAD: [&str; 5] = [
         WORKLOAD_REACHABLE,
         PROXY_READY,
         ENDPOINTS_STEERED,
         CCM_CONFIGURED,
+        ENDPOINT_PUBLISHED,
     ];
 }
 

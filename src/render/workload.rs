@@ -2,10 +2,13 @@
 //! node proxy (ConfigMap with its config, Secret with its certificate,
 //! DaemonSet), the steering of `kubernetes.default.svc` to it, and the
 //! partial objects that set `KUBERNETES_SERVICE_HOST/PORT` on the
-//! cloud-controller-manager. The controller applies them with server-side
-//! apply; `hcp-ingress render --workload` prints them.
+//! cloud-controller-manager, and, for dataplanes that replace kube-proxy,
+//! the API server's address where their agents read it. The controller
+//! applies them with server-side apply; `hcp-ingress render --workload`
+//! prints them.
 
 mod ccm;
+mod endpoint;
 mod proxy;
 mod shared;
 mod steering;
@@ -21,6 +24,7 @@ use k8s_openapi::api::{
 use kube::api::DynamicObject;
 
 pub use ccm::*;
+pub use endpoint::*;
 pub use proxy::{
     ADMIN_PORT, CONFIG_DIR, CONFIG_FILE, PROXY_COMMAND, RESTART_HASH_ANNOTATION,
     SERVICE_STEERING_ADMIN_PORT, TLS_DIR, admin_port, proxy_capabilities, proxy_config, proxy_port,

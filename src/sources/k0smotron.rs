@@ -128,6 +128,7 @@ pub(super) fn assemble(
         backend,
         proxy: None,
         ccm: None,
+        kube_proxy_replacement: None,
         kubeconfig_secret: None,
         upstream: Some(upstream),
     }

@@ -252,15 +252,58 @@ impl DataPath {
 
     fn start_pod_calling(&self, targets: &[&str]) {
         let mut n = self.node.lock().unwrap();
+        let args = self.pod_args(&n, &[], targets);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        n.spawn("pod", true, &args);
+    }
+
+    /// A pod named `name` on the node calling the API where client-go's
+    /// in-cluster config goes: `KUBERNETES_SERVICE_HOST/PORT` of `env`
+    /// (`NAME=value`), as a manifest's `envFrom` or `valueFrom` gives them.
+    pub(crate) fn start_pod_with_env(&self, name: &str, env: &[String]) {
+        let mut n = self.node.lock().unwrap();
+        let args = self.pod_args(&n, env, &["in-cluster"]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        n.spawn(name, true, &args);
+    }
+
+    /// One call of the pod's client on the node with `env`, to where its
+    /// in-cluster config goes: whether it answered, and what it printed.
+    pub(crate) fn call_once_with_env(&self, env: &[String]) -> (bool, String) {
+        let n = self.node.lock().unwrap();
+        let args = self.pod_args(&n, env, &["--once", "in-cluster"]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = n
+            .command(true, &args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        let printed = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), printed)
+    }
+
+    /// The command line of [`POD_CLIENT`] calling `targets`, with `env`.
+    fn pod_args(&self, n: &Node, env: &[String], targets: &[&str]) -> Vec<String> {
         let script = n.dir.join("pod.py");
         fs::write(&script, POD_CLIENT).unwrap();
-        let (script, ca_file) = (
+        let mut args = Vec::new();
+        if !env.is_empty() {
+            args.push("env".to_string());
+            args.extend(env.iter().cloned());
+        }
+        args.extend([
+            "python3".to_string(),
+            "-u".to_string(),
             script.display().to_string(),
             n.dir.join("ca.crt").display().to_string(),
-        );
-        let mut args = vec!["python3", "-u", &script, &ca_file, &self.token];
-        args.extend(targets);
-        n.spawn("pod", true, &args);
+            self.token.clone(),
+        ]);
+        args.extend(targets.iter().map(|t| t.to_string()));
+        args
     }
 
     /// The management cluster with [`CLUSTER`] initialized, its kubeconfig
@@ -463,7 +506,7 @@ impl Node {
     }
 
     /// `args` run in the node's namespace (or on the host), with sbin on PATH.
-    fn command(&self, in_node: bool, args: &[&str]) -> Command {
+    pub(crate) fn command(&self, in_node: bool, args: &[&str]) -> Command {
         let mut c = if in_node {
             let mut c = Command::new("ip");
             c.args(["netns", "exec", &self.ns]).args(args);
@@ -478,7 +521,7 @@ impl Node {
     }
 
     /// Start `args` in the node's namespace (or on the host), logging to a file.
-    fn spawn(&mut self, name: &str, in_node: bool, args: &[&str]) {
+    pub(crate) fn spawn(&mut self, name: &str, in_node: bool, args: &[&str]) {
         let log = fs::File::create(self.dir.join(format!("{name}.log"))).unwrap();
         let child = self
             .command(in_node, args)
@@ -665,24 +708,36 @@ fn ingress_config(listen: &str, apiserver: &str) -> String {
 
 /// A pod calling the API as client-go does: a new connection to the Service
 /// IP (no SNI), the serving certificate verified against the cluster CA, a
-/// bearer token; several targets (the Service IP, its name) by turns. One
-/// line per call: `ok <target>`, or `fail <unix time> <why>` (the time
-/// places a failure among the test's steps).
+/// bearer token; several targets (the Service IP, its name) by turns. The
+/// target `in-cluster` is where client-go's in-cluster config goes: the host
+/// and port of `KUBERNETES_SERVICE_HOST/PORT`, that host also the TLS server
+/// name (SNI, and the name the certificate must carry). One line per call:
+/// `ok <target>`, or `fail <unix time> <why>` (the time places a failure
+/// among the test's steps). `--once` first: one call, answered or not in
+/// the exit code.
 const POD_CLIENT: &str = r#"
-import socket, ssl, sys, time
+import os, socket, ssl, sys, time
 ca, token, targets = sys.argv[1], sys.argv[2], sys.argv[3:]
+once = targets[0] == "--once"
+if once:
+    targets = targets[1:]
 ctx = ssl.create_default_context(cafile=ca)
 turn = 0
 while True:
-    ip = targets[turn % len(targets)]
+    target = targets[turn % len(targets)]
     turn += 1
+    if target == "in-cluster":
+        ip, port = os.environ["KUBERNETES_SERVICE_HOST"], int(os.environ["KUBERNETES_SERVICE_PORT"])
+    else:
+        ip, port = target, 443
+    ok = False
     try:
         # A SYN that finds no listener is lost, not refused (the address is
         # only bound once the proxy runs). One retransmission (after 1 s) is
         # a delay client-go's 30 s dial never notices; a connect that needs
         # a second one (3 s) is a lost call, so a path down for more than a
         # second or so fails the test.
-        with socket.create_connection((ip, 443), timeout=2.5) as raw:
+        with socket.create_connection((ip, port), timeout=2.5) as raw:
             raw.settimeout(10)
             with ctx.wrap_socket(raw, server_hostname=ip) as tls:
                 tls.sendall(("GET /version HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nConnection: close\r\n\r\n" % (ip, token)).encode())
@@ -694,11 +749,14 @@ while True:
                     answer += chunk
         status = answer.split(b"\r\n", 1)[0]
         if b" 200 " in status and b"gitVersion" in answer:
-            print("ok", ip, flush=True)
+            ok = True
+            print("ok", target, flush=True)
         else:
             print("fail", "%.3f" % time.time(), status.decode(errors="replace"), flush=True)
     except Exception as e:
         print("fail", "%.3f" % time.time(), repr(e), flush=True)
+    if once:
+        sys.exit(0 if ok else 1)
     time.sleep(0.05)
 "#;
 

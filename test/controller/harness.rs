@@ -15,10 +15,10 @@ use hcp_ingress::{
     controller::{Settings, run},
     render::RouteKind,
 };
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::{core::v1::Namespace, events::v1::Event};
 use kube::{
     Api, Client,
-    api::{DynamicObject, Patch, PatchParams, PostParams},
+    api::{DynamicObject, ListParams, Patch, PatchParams, PostParams},
 };
 use memkube::{RequestRecord, TestApi};
 use serde_json::{Value, json};
@@ -370,6 +370,32 @@ where
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Wait until an Event with `reason` is published in [`NS`]; that Event.
+pub async fn wait_event(client: &Client, reason: &str) -> Event {
+    wait_event_on(client, reason, None).await
+}
+
+/// [`wait_event`], the Event also regarding the object `name` when given.
+pub async fn wait_event_on(client: &Client, reason: &str, name: Option<&str>) -> Event {
+    let events: Api<Event> = Api::namespaced(client.clone(), NS);
+    let what = format!("a {reason} Event on {}", name.unwrap_or("any object"));
+    eventually(&what, || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && name.is_none_or(|n| {
+                        e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(n)
+                    })
+            })
+    })
+    .await
 }
 
 /// `settings` with the metrics endpoint on a free local port, and its address.

@@ -8,6 +8,7 @@ mod families;
 mod faults;
 mod harness;
 mod management;
+mod no_kube_proxy;
 mod secrets;
 mod shards;
 mod steering_path;

@@ -10,7 +10,6 @@ use hcp_ingress::{
 use k8s_openapi::{
     api::{
         coordination::v1::{Lease, LeaseSpec},
-        events::v1::Event,
         networking::v1::Ingress,
     },
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
@@ -379,17 +378,7 @@ async fn an_invalid_spec_is_a_condition_and_an_event_and_deletes_nothing() {
         message.contains("spec.ingress.annotations") && message.contains("\"not a key\""),
         "{message}"
     );
-    let events: Api<Event> = Api::namespaced(m.client.clone(), NS);
-    let event = eventually("InvalidSpec event", || async {
-        events
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("InvalidSpec"))
-    })
-    .await;
+    let event = wait_event(&m.client, "InvalidSpec").await;
     assert_eq!(event.regarding.unwrap().name.as_deref(), Some("bad"));
     assert!(
         routes(&m.client, RouteKind::Ingress)

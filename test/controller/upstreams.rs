@@ -5,7 +5,6 @@
 use k8s_openapi::api::{
     apps::v1::{DaemonSet, Deployment},
     core::v1::Service,
-    events::v1::Event,
     networking::v1::Ingress,
 };
 use kube::{
@@ -243,20 +242,7 @@ async fn each_upstreams_example_ends_with_one_control_plane_ingress_and_one_rout
         assert_eq!(for_cluster, [name], "one ControlPlaneIngress for {cluster}");
     }
     // The k0rdent template's K0smotronControlPlane got an Event saying why it yields.
-    let events: Api<Event> = Api::namespaced(m.client.clone(), NS);
-    eventually("ClusterDescribedElsewhere on tenant-03-cp", || async {
-        events
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find(|e| {
-                e.reason.as_deref() == Some("ClusterDescribedElsewhere")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("tenant-03-cp")
-            })
-    })
-    .await;
+    wait_event_on(&m.client, "ClusterDescribedElsewhere", Some("tenant-03-cp")).await;
 
     // One route per host in each ingress class.
     for (host, class, owner) in [
@@ -382,17 +368,7 @@ async fn a_route_that_is_not_ours_is_a_conflict_never_a_second_route() {
         ingresses.get_opt("hcp-ingress-c").await.unwrap().is_none(),
         "no second route"
     );
-    let events: Api<Event> = Api::namespaced(m.client.clone(), NS);
-    eventually("a RouteConflict Event", || async {
-        events
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("RouteConflict"))
-    })
-    .await;
+    wait_event(&m.client, "RouteConflict").await;
 
     // The host is free, but an object that is not ours holds the route's name: it is left alone.
     apply_as(

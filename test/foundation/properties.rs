@@ -171,6 +171,7 @@ prop_compose! {
                 ..ProxySpec::default()
             }),
             ccm: None,
+            kube_proxy_replacement: None,
             kubeconfig_secret: None,
             upstream: None,
         };

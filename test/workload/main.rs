@@ -13,6 +13,7 @@ mod clusterresourceset;
 mod data_path;
 mod golden;
 mod proxy_config;
+mod published_endpoint;
 mod security;
 
 use std::{

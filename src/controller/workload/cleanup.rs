@@ -29,9 +29,9 @@ use crate::{
 /// Remove what we installed, in the order that keeps the in-cluster API path:
 /// first give `default/kubernetes` back what steering took (from the record
 /// made before the first steering write), then the CCM workloads we
-/// patched, then the DaemonSet, Secret and ConfigMap, last the record. When
-/// nothing safe can be given back the proxy stays: a cluster is never left
-/// steered at a proxy that is gone.
+/// patched and the endpoint we published, then the DaemonSet, Secret and
+/// ConfigMap, last the record. When nothing safe can be given back the proxy
+/// stays: a cluster is never left steered at a proxy that is gone.
 pub async fn cleanup(ctx: &Context, cpi: &ControlPlaneIngress) -> Result<Removal, WorkloadError> {
     let client = match ctx.workload_clients.of(&ctx.client, cpi).await {
         Ok(client) => client,
@@ -82,6 +82,10 @@ async fn observe(
         .filter(is_ours);
     let controller_slices = list::<EndpointSlice>(client, "default", CONTROLLER_SLICES).await?;
     let patched = patched_workloads(cpi, client).await?;
+    let mut published = Vec::new();
+    for location in workload::ENDPOINT_LOCATIONS {
+        published.extend(get::<ConfigMap>(client, location.namespace, location.name).await?);
+    }
     let mut proxy_objects = Vec::new();
     for mode in [Steering::AdvertiseAddress, Steering::Service] {
         let namespace = workload::proxy_namespace(mode);
@@ -105,6 +109,7 @@ async fn observe(
         our_slice,
         controller_slices,
         patched,
+        published,
         proxy_objects,
         now: unix_now(),
     })

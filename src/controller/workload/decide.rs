@@ -17,6 +17,7 @@
 
 mod complement;
 mod pass;
+mod publish;
 mod removal;
 mod steer;
 mod switch;
@@ -34,6 +35,7 @@ use std::time::Duration;
 pub(super) use complement::complement;
 pub(super) use pass::Given;
 use pass::{Pass, ProxyState, Record, Seen, Steer, Wanted, taken_over};
+use publish::publish;
 pub use removal::Removal;
 pub(super) use removal::{RemovalFacts, removal};
 
@@ -78,7 +80,7 @@ pub(super) fn decide(given: &Given, facts: &Facts) -> Result<Plan, WorkloadError
     if taken_over(given.cpi).is_some() {
         match takeover::prepare(&mut plan, &pass, &mut record)? {
             takeover::Prepared::Waiting => {
-                configure_ccm(&mut plan, given, facts);
+                configure_ccm(&mut plan, given, facts)?;
                 return Ok(plan);
             }
             takeover::Prepared::Steer {
@@ -122,7 +124,7 @@ pub(super) fn decide(given: &Given, facts: &Facts) -> Result<Plan, WorkloadError
         plan.retry(given.retry);
     }
     plan.proxy = Some((proxy.desired, proxy.ready));
-    configure_ccm(&mut plan, given, facts);
+    configure_ccm(&mut plan, given, facts)?;
     Ok(plan)
 }
 
@@ -301,10 +303,13 @@ pub(super) fn reported(
     (conditions, Some(retry))
 }
 
-/// The CCM override, last: its steps and CCMConfigured.
-fn configure_ccm(plan: &mut Plan, given: &Given, facts: &Facts) {
+/// The CCM override and the published endpoint, last: both point at the
+/// ingress by name and need nothing of the proxy. Their steps, CCMConfigured
+/// and EndpointPublished.
+fn configure_ccm(plan: &mut Plan, given: &Given, facts: &Facts) -> Result<(), WorkloadError> {
     plan.enter(Phase::Ccm);
     let (steps, condition) = ccm::plan(given.cpi, &facts.ccm);
     plan.extend(steps);
     plan.conditions.push(condition);
+    publish(plan, given.cpi, &facts.published)
 }

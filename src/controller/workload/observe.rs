@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::{
     apps::v1::{DaemonSet, Deployment},
-    core::v1::{ConfigMap, Endpoints, Node, Secret, Service},
+    core::v1::{ConfigMap, Endpoints, Namespace, Node, Secret, Service},
     discovery::v1::EndpointSlice,
 };
 use kube::{
@@ -21,13 +21,14 @@ use super::{
     ccm::{self, CcmFacts},
     error::{WorkloadError, api_error},
     outcome::workload_key,
+    read::get,
     steering::{CONTROLLER_SLICES, read_record},
     tls,
 };
 use crate::{
     api::{ControlPlaneIngress, UpstreamObject},
     controller::context::Context,
-    render::workload::{self, NAME, ProxyTls, SteeringRecord, WorkloadInputs},
+    render::workload::{self, EndpointLocation, NAME, ProxyTls, SteeringRecord, WorkloadInputs},
 };
 
 /// What the workload cluster holds, as read at the start of a reconcile.
@@ -57,6 +58,8 @@ pub(super) struct Facts {
     pub provider_proxy: Option<(i32, i32)>,
     /// The CCM and konnectivity-agent workloads `spec.ccm` targets.
     pub ccm: CcmFacts,
+    /// What is where `spec.kubeProxyReplacement` publishes the endpoint.
+    pub published: Vec<PublishedAt>,
     /// The proxy's certificate material, or why the cluster CA is not available.
     pub credentials: Result<Credentials, WorkloadError>,
     /// A rewrite of `default/kubernetes` by someone else seen in a recent
@@ -84,6 +87,18 @@ pub(super) struct LiveProxy {
     pub secret: Option<DynamicObject>,
     /// Its DaemonSet, with the status the rollout is read from.
     pub daemon_set: Option<DynamicObject>,
+}
+
+/// One place the endpoint of `spec.kubeProxyReplacement` is published, as read.
+#[derive(Clone, Debug)]
+pub(super) struct PublishedAt {
+    /// Where.
+    pub location: EndpointLocation,
+    /// The ConfigMap there, whoever wrote it.
+    pub live: Option<DynamicObject>,
+    /// Whether its namespace exists (read only with the opt-in: we write
+    /// into a namespace, never create it).
+    pub namespace_exists: bool,
 }
 
 /// The cluster CA's certificate and the proxy's serving certificate.
@@ -133,6 +148,7 @@ pub(super) async fn observe(
         None => None,
     };
     let ccm = ccm::observe(client, cpi).await?;
+    let published = published(client, cpi).await?;
     let inputs = workload::inputs_from_service(spec.steering, service.as_ref(), base.clone());
     let credentials = credentials(ctx, cpi, &inputs, proxy.secret.as_ref()).await?;
     let recent_drift = ctx
@@ -153,9 +169,41 @@ pub(super) async fn observe(
         any_node,
         provider_proxy,
         ccm,
+        published,
         credentials,
         recent_drift,
     })
+}
+
+/// What is at each place the endpoint is published. Without the opt-in only
+/// the ConfigMaps are read (ours go); namespaces are read only where a
+/// ConfigMap is missing and would be written.
+pub(super) async fn published(
+    client: &Client,
+    cpi: &ControlPlaneIngress,
+) -> Result<Vec<PublishedAt>, WorkloadError> {
+    let wanted = workload::publishes_endpoint(cpi);
+    let mut seen = Vec::new();
+    for location in workload::ENDPOINT_LOCATIONS {
+        let live = get::<ConfigMap>(client, location.namespace, location.name).await?;
+        let namespace_exists =
+            live.is_some() || (wanted && namespace_exists(client, location.namespace).await?);
+        seen.push(PublishedAt {
+            location,
+            live,
+            namespace_exists,
+        });
+    }
+    Ok(seen)
+}
+
+/// Whether the namespace `name` exists in the workload cluster.
+async fn namespace_exists(client: &Client, name: &str) -> Result<bool, WorkloadError> {
+    Api::<Namespace>::all(client.clone())
+        .get_opt(name)
+        .await
+        .map(|n| n.is_some())
+        .map_err(|e| api_error(&format!("read Namespace {name}"), e))
 }
 
 /// The cluster CA (from the management cluster) and the proxy certificate

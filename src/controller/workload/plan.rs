@@ -66,7 +66,8 @@ pub(super) struct Plan {
     /// Steering `default/kubernetes` at the proxy, and what follows it (an
     /// old proxy removed). One that fails stops the reconcile.
     pub steer: Vec<Step>,
-    /// The CCM override (or, at removal, its give-back).
+    /// The CCM override and the published endpoint (or, at removal, their
+    /// give-back).
     pub ccm: Vec<Step>,
     /// At removal, last: the proxy's objects and the steering record.
     pub remove: Vec<Step>,

@@ -8,7 +8,7 @@ use kube::api::DynamicObject;
 use super::{
     act, ccm, decide,
     error::WorkloadError,
-    observe::provider_rollout,
+    observe::{provider_rollout, published},
     outcome::{Outcome, not_initialized, unreachable, workload_key},
 };
 use crate::api::{ControlPlaneIngress, UpstreamObject};
@@ -30,7 +30,15 @@ pub(super) async fn complement(
         let client = ctx.workload_clients.of(&ctx.client, cpi).await?;
         let live = provider_rollout(&client, upstream).await?;
         let ccm_facts = ccm::observe(&client, cpi).await?;
-        let plan = decide::complement(cpi, upstream, live, &ccm_facts, ctx.settings.retry);
+        let published = published(&client, cpi).await?;
+        let plan = decide::complement(
+            cpi,
+            upstream,
+            live,
+            &ccm_facts,
+            &published,
+            ctx.settings.retry,
+        )?;
         act::act(ctx, &client, &plan).await?;
         Ok::<_, WorkloadError>(Outcome {
             conditions: plan.conditions,

@@ -70,7 +70,10 @@ fn node_ready() -> bool {
     let mut files = haproxy_ingress_files();
     files.extend(realnode::required_files());
     files.push((image_tarball(), "bash hack/build-image-tarball.sh"));
-    ready(&["haproxy", "iptables", "nft", "unshare", "nsenter"], &files)
+    ready(
+        &["haproxy", "iptables", "nft", "unshare", "nsenter"],
+        &files,
+    )
 }
 
 /// The bed, the node and the shared ingress the node reaches.

@@ -1,10 +1,19 @@
 //! A provider that runs its own node proxy (k0smotron's HAProxy, Steward's
 //! tcp-proxy): nothing of ours is installed and `default/kubernetes` is
-//! left to it; the plan reports on its proxy and applies the CCM override.
+//! left to it; the plan reports on its proxy, applies the CCM override and
+//! publishes the endpoint.
 
 use std::time::Duration;
 
-use super::super::{ccm::CcmFacts, plan::Phase, plan::Plan};
+use super::{
+    super::{
+        ccm::CcmFacts,
+        error::WorkloadError,
+        observe::PublishedAt,
+        plan::{Phase, Plan},
+    },
+    publish::publish,
+};
 use crate::{
     api::{ControlPlaneIngress, UpstreamObject},
     controller::{
@@ -20,8 +29,9 @@ pub(in crate::controller::workload) fn complement(
     upstream: &UpstreamObject,
     rollout: Option<(i32, i32)>,
     ccm_facts: &CcmFacts,
+    published: &[PublishedAt],
     retry: Duration,
-) -> Plan {
+) -> Result<Plan, WorkloadError> {
     let provider = cpi
         .spec
         .upstream
@@ -68,5 +78,6 @@ pub(in crate::controller::workload) fn complement(
     let (steps, configured) = ccm::plan(cpi, ccm_facts);
     plan.extend(steps);
     plan.conditions.push(configured);
-    plan
+    publish(&mut plan, cpi, published)?;
+    Ok(plan)
 }

@@ -157,6 +157,7 @@ impl World {
             any_node,
             provider_proxy: self.provider_proxy.filter(|_| self.take_over),
             ccm: CcmFacts::default(),
+            published: Vec::new(),
             credentials: Ok(credentials()),
             recent_drift: self.recent_drift.clone(),
         }
@@ -261,6 +262,7 @@ impl World {
                 .map(|s| dynamic(s, "EndpointSlice"))
                 .collect(),
             patched: Vec::new(),
+            published: Vec::new(),
             proxy_objects,
             now: NOW,
         }

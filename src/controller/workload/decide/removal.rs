@@ -2,7 +2,8 @@
 //! proxy), in the order that keeps the in-cluster API path: give
 //! `default/kubernetes` back what steering took (from the record made before
 //! the first steering write), let kube-proxy take the given-back endpoints
-//! in, then give back the CCM workloads we patched, then remove the proxy's
+//! in, then give back the CCM workloads we patched and the endpoint we
+//! published, then remove the proxy's
 //! objects, the record last. When nothing safe can be given back the proxy
 //! stays: a cluster is never left steered at a proxy that is gone.
 
@@ -16,7 +17,7 @@ use super::{
         error::WorkloadError,
         plan::{Phase, Plan, Step},
     },
-    pass::kind_of,
+    pass::{is_ours, kind_of},
 };
 use crate::{
     api::Steering,
@@ -53,6 +54,9 @@ pub(in crate::controller::workload) struct RemovalFacts {
     /// CCM and konnectivity-agent workloads our field manager patched,
     /// with their kind.
     pub patched: Vec<(workload::WorkloadKind, DynamicObject)>,
+    /// The ConfigMaps where the endpoint is published, whoever wrote them:
+    /// only ours go.
+    pub published: Vec<DynamicObject>,
     /// The proxy's own objects (DaemonSet, Secret, ConfigMap) of both
     /// steering modes, where they carry our labels.
     pub proxy_objects: Vec<DynamicObject>,
@@ -98,17 +102,21 @@ pub(in crate::controller::workload) fn removal(
             return Ok((Plan::default(), Removal::Kept(kept)));
         }
     };
-    // The CCM env and konnectivity-agent args point at the ingress, whose
-    // route goes with this object: give them back while the API path just
-    // restored is there for the pods they restart.
+    // The CCM env, konnectivity-agent args and published endpoint point at
+    // the ingress, whose route goes with this object: give them back while
+    // the API path just restored is there for the pods they restart.
     plan.enter(Phase::Ccm);
     let mut released = Vec::new();
     for (kind, live) in &facts.patched {
         plan.push(Step::Force(workload::release_patch(*kind, live)));
         released.push(describe(kind.as_str(), &live.metadata));
     }
-    plan.enter(Phase::Remove);
     let mut removed = Vec::new();
+    for object in facts.published.iter().filter(|o| is_ours(o)) {
+        plan.push(Step::Delete(object.clone()));
+        removed.push(describe(kind_of(object), &object.metadata));
+    }
+    plan.enter(Phase::Remove);
     // The steering record goes last: a removal cut short is resumed with it.
     for object in facts.proxy_objects.iter().chain(&facts.record_object) {
         plan.push(Step::Delete(object.clone()));

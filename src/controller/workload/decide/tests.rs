@@ -732,3 +732,111 @@ fn a_removal_during_the_service_hand_over_gives_the_service_back() {
         "{steps:?}"
     );
 }
+
+/// The removal gives back the published endpoint with the CCM override:
+/// the ConfigMaps that are ours go, one of the same name that is not ours
+/// stays as it is.
+#[test]
+fn a_removal_deletes_the_published_endpoint_only_where_it_is_ours() {
+    let world = World {
+        record: Some(SteeringRecord {
+            applied: None,
+            restored: Some("Endpoints default/kubernetes restored".into()),
+            replaced_at: Some(NOW - 60),
+            ..SteeringRecord::default()
+        }),
+        proxy: ProxyAt::RolledOut { nodes: 1 },
+        ..World::new(ADDRESS)
+    };
+    let config_map = |namespace: &str, name: &str, ours: bool| {
+        let labels = if ours {
+            serde_json::json!({crate::api::MANAGED_BY_LABEL: crate::api::MANAGER})
+        } else {
+            serde_json::json!({"app.kubernetes.io/managed-by": "Helm"})
+        };
+        serde_json::from_value::<kube::api::DynamicObject>(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        }))
+        .unwrap()
+    };
+    let mut facts = world.removal_facts(false, true);
+    facts.published = vec![
+        config_map("kube-system", "kubernetes-services-endpoint", true),
+        config_map("tigera-operator", "kubernetes-services-endpoint", false),
+        config_map("kube-system", "control-plane-endpoint", true),
+    ];
+    let (plan, removal) = super::removal(&facts).unwrap();
+    let Removal::Removed(note) = removal else {
+        panic!("{removal:?}");
+    };
+    let deleted: Vec<String> = describe(&plan)
+        .into_iter()
+        .filter(|s| s.contains("endpoint"))
+        .collect();
+    assert_eq!(
+        deleted,
+        [
+            "Delete ConfigMap kube-system/kubernetes-services-endpoint",
+            "Delete ConfigMap kube-system/control-plane-endpoint",
+        ]
+    );
+    assert!(
+        note.contains("kube-system/kubernetes-services-endpoint")
+            && !note.contains("tigera-operator"),
+        "{note}"
+    );
+}
+
+/// Beside a provider's own node proxy the endpoint is published as the CCM
+/// override is applied: nothing of the proxy is needed for it.
+#[test]
+fn beside_a_providers_node_proxy_the_endpoint_is_published() {
+    let cpi: crate::api::ControlPlaneIngress = serde_json::from_value(serde_json::json!({
+        "apiVersion": "hcp-ingress.dev/v1alpha1", "kind": "ControlPlaneIngress",
+        "metadata": {"name": "tenant-01", "namespace": "tenants"},
+        "spec": {
+            "clusterName": "tenant-01",
+            "ingress": {"apiHost": "api.tenant-01.example.com"},
+            "backend": {"serviceName": "kmc-tenant-01", "apiPort": 30443},
+            "upstream": {"provider": "k0smotron",
+                "nodeProxy": {"kind": "DaemonSet", "namespace": "default", "name": "k0smotron-haproxy"}},
+            "kubeProxyReplacement": {"publishEndpoint": true},
+        },
+    }))
+    .unwrap();
+    let upstream = cpi.spec.upstream.clone().unwrap().node_proxy.unwrap();
+    let published: Vec<_> = crate::render::workload::ENDPOINT_LOCATIONS
+        .iter()
+        .map(|location| super::super::observe::PublishedAt {
+            location: *location,
+            live: None,
+            namespace_exists: true,
+        })
+        .collect();
+    let plan = super::complement(
+        &cpi,
+        &upstream,
+        Some((1, 1)),
+        &Default::default(),
+        &published,
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    assert_eq!(
+        describe(&plan),
+        [
+            "Apply ConfigMap kube-system/kubernetes-services-endpoint",
+            "Apply ConfigMap tigera-operator/kubernetes-services-endpoint",
+            "Apply ConfigMap kube-system/control-plane-endpoint",
+        ]
+    );
+    assert_eq!(
+        condition(&plan, types::ENDPOINT_PUBLISHED),
+        Some((Status::True, "Published".into()))
+    );
+    assert_eq!(
+        condition(&plan, types::ENDPOINTS_STEERED),
+        Some((Status::True, "ManagedByUpstream".into()))
+    );
+}
