@@ -386,26 +386,24 @@ pub fn restore(record: &SteeringRecord, mode: Steering, live: &Live) -> Result<R
 /// mirroring controller turns into a slice): written before service
 /// steering's first selector, it carries the traffic from the moment the
 /// selector makes the mirroring controller delete its slice until the
-/// EndpointSlice controller has made the proxy pods'. `None` when
-/// `endpoints` hold no address.
-pub fn bridge_slice(endpoints: &Endpoints) -> Option<DynamicObject> {
+/// EndpointSlice controller has made the proxy pods'. A slice holds one
+/// family, and kube-proxy serves the Service from slices of its own
+/// (`service_ip`'s) only: `None` when `endpoints` hold no address of it.
+pub fn bridge_slice(endpoints: &Endpoints, service_ip: IpAddr) -> Option<DynamicObject> {
     let subsets = endpoints.subsets.as_deref().unwrap_or_default();
-    let addresses: Vec<&str> = subsets
+    let ready = json!({"ready": true, "serving": true, "terminating": false});
+    let endpoints: Vec<Value> = subsets
         .iter()
         .flat_map(|s| s.addresses.iter().flatten())
-        .map(|a| a.ip.as_str())
-        .collect();
-    let first: IpAddr = addresses.first()?.parse().ok()?;
-    // A slice holds one family: the first address's.
-    let ready = json!({"ready": true, "serving": true, "terminating": false});
-    let endpoints: Vec<Value> = addresses
-        .into_iter()
         .filter(|a| {
-            a.parse::<IpAddr>()
-                .is_ok_and(|ip| ip.is_ipv6() == first.is_ipv6())
+            a.ip.parse::<IpAddr>()
+                .is_ok_and(|ip| ip.is_ipv6() == service_ip.is_ipv6())
         })
-        .map(|a| json!({"addresses": [a], "conditions": ready}))
+        .map(|a| json!({"addresses": [a.ip], "conditions": ready}))
         .collect();
+    if endpoints.is_empty() {
+        return None;
+    }
     let ports: Vec<Value> = subsets
         .iter()
         .flat_map(|s| s.ports.iter().flatten())
@@ -420,7 +418,7 @@ pub fn bridge_slice(endpoints: &Endpoints) -> Option<DynamicObject> {
     dynamic(json!({
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"name": "kubernetes", "namespace": "default", "labels": labels},
-        "addressType": if first.is_ipv6() { "IPv6" } else { "IPv4" },
+        "addressType": if service_ip.is_ipv6() { "IPv6" } else { "IPv4" },
         "endpoints": endpoints,
         "ports": ports,
     }))

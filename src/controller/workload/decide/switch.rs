@@ -159,7 +159,9 @@ pub(super) fn service_handover(
                 .facts
                 .endpoints
                 .as_ref()
-                .and_then(workload::bridge_slice)
+                .and_then(|e| {
+                    workload::bridge_slice(e, workload::service_ip(pass.facts.service.as_ref()))
+                })
         {
             plan.apply(bridge, None);
         }

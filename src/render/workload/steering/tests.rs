@@ -259,3 +259,31 @@ fn endpoints_of_proxy_pods_point_at_the_proxy() {
         ip("240.0.0.1")
     ));
 }
+
+/// The hand-over's bridge carries the provider's addresses of the Service's
+/// family only: kube-proxy ignores a slice of the other family, so an IPv4
+/// bridge in front of an IPv6 Service would bridge nothing.
+#[test]
+fn the_bridge_slice_is_of_the_services_family() {
+    let endpoints: Endpoints = serde_json::from_value(json!({
+        "metadata": {"name": "kubernetes", "namespace": "default"},
+        "subsets": [{"addresses": [{"ip": "192.0.2.10"}, {"ip": "2001:db8::10"}],
+                     "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]}],
+    }))
+    .unwrap();
+    let v6 = bridge_slice(&endpoints, "fd00:10:96::1".parse().unwrap()).unwrap();
+    assert_eq!(v6.data["addressType"], "IPv6");
+    assert_eq!(v6.data["endpoints"][0]["addresses"], json!(["2001:db8::10"]));
+    assert_eq!(v6.data["endpoints"].as_array().unwrap().len(), 1);
+    assert_eq!(v6.data["ports"][0]["port"], 6443);
+    let v4 = bridge_slice(&endpoints, "10.96.0.1".parse().unwrap()).unwrap();
+    assert_eq!(v4.data["addressType"], "IPv4");
+    assert_eq!(v4.data["endpoints"][0]["addresses"], json!(["192.0.2.10"]));
+    // Nothing of the Service's family: nothing to bridge.
+    let only_v4: Endpoints = serde_json::from_value(json!({
+        "subsets": [{"addresses": [{"ip": "192.0.2.10"}],
+                     "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]}],
+    }))
+    .unwrap();
+    assert!(bridge_slice(&only_v4, "fd00:10:96::1".parse().unwrap()).is_none());
+}
