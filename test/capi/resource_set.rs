@@ -366,8 +366,8 @@ async fn cluster_api_applies_the_rendered_cluster_resource_set_and_it_installs_w
             "ConfigMap",
             "Secret",
             "DaemonSet",
-            "Endpoints",
-            "EndpointSlice"
+            "EndpointSlice",
+            "Endpoints"
         ]
     );
     let mut report = Vec::new();

@@ -88,7 +88,7 @@ fn the_key_travels_only_in_the_resource_set_secret() {
         .collect();
     assert_eq!(
         kinds,
-        ["ConfigMap", "DaemonSet", "Endpoints", "EndpointSlice"]
+        ["ConfigMap", "DaemonSet", "EndpointSlice", "Endpoints"]
     );
 
     let secret = object(&rendered, "Secret", name);

@@ -155,13 +155,9 @@ pub(super) fn service_handover(
         // its own in place (the API server's, our address steering's),
         // none is needed.
         if pass.facts.endpoint_slice.is_none()
-            && let Some(bridge) = pass
-                .facts
-                .endpoints
-                .as_ref()
-                .and_then(|e| {
-                    workload::bridge_slice(e, workload::service_ip(pass.facts.service.as_ref()))
-                })
+            && let Some(bridge) = pass.facts.endpoints.as_ref().and_then(|e| {
+                workload::bridge_slice(e, workload::service_ip(pass.facts.service.as_ref()))
+            })
         {
             plan.apply(bridge, None);
         }

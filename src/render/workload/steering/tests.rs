@@ -273,7 +273,10 @@ fn the_bridge_slice_is_of_the_services_family() {
     .unwrap();
     let v6 = bridge_slice(&endpoints, "fd00:10:96::1".parse().unwrap()).unwrap();
     assert_eq!(v6.data["addressType"], "IPv6");
-    assert_eq!(v6.data["endpoints"][0]["addresses"], json!(["2001:db8::10"]));
+    assert_eq!(
+        v6.data["endpoints"][0]["addresses"],
+        json!(["2001:db8::10"])
+    );
     assert_eq!(v6.data["endpoints"].as_array().unwrap().len(), 1);
     assert_eq!(v6.data["ports"][0]["port"], 6443);
     let v4 = bridge_slice(&endpoints, "10.96.0.1".parse().unwrap()).unwrap();
