@@ -17,8 +17,12 @@
 #
 # --with-kubelet builds the kubelet of the release too, from the same
 # wrapper module and build cache (hack/node/build.sh asks for it).
+# --management builds only what a management cluster runs (etcd,
+# kube-apiserver, kube-controller-manager): the oldest management release
+# never runs a node, a scheduler or kwok, and skipping them saves minutes of
+# a cold CI run.
 #
-# Usage: [HCP_KUBE_VERSION=v1.X.Y] hack/kube/build.sh [--print-bin-dir | --with-kubelet]
+# Usage: [HCP_KUBE_VERSION=v1.X.Y] hack/kube/build.sh [--print-bin-dir | --with-kubelet | --management]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=versions.env
@@ -30,7 +34,10 @@ if [[ "${1:-}" == "--print-bin-dir" ]]; then echo "$bin"; exit 0; fi
 
 kube_cmds=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy)
 if [[ "${1:-}" == "--with-kubelet" ]]; then kube_cmds+=(kubelet); fi
-want=(etcd "${kube_cmds[@]}" kwok kwok-stages.yaml)
+with_kwok=1
+if [[ "${1:-}" == "--management" ]]; then kube_cmds=(kube-apiserver kube-controller-manager); with_kwok=0; fi
+want=(etcd "${kube_cmds[@]}")
+if [[ $with_kwok == 1 ]]; then want+=(kwok kwok-stages.yaml); fi
 missing=0
 for b in "${want[@]}"; do [[ -x "$bin/$b" ]] || missing=1; done
 if [[ $missing == 0 ]]; then echo "$bin"; exit 0; fi
@@ -100,5 +107,5 @@ build_kwok() {
 
 build_etcd
 build_kube
-build_kwok
+if [[ $with_kwok == 1 ]]; then build_kwok; fi
 echo "$bin"

@@ -199,18 +199,6 @@ async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api_du
     .await;
 }
 
-/// The same dual-stack cluster with kube-proxy in nftables mode.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api_dual_stack_ipv6_primary_on_nftables()
- {
-    each_steering_mode_and_switch_and_the_give_back(
-        "steering-dual-nft",
-        Stack::DualV6Primary,
-        KubeProxy::Nftables,
-    )
-    .await;
-}
-
 /// The IPv6 address pods are steered at when the user has chosen none.
 const DEFAULT_ADVERTISE_V6: &str = "100::1";
 
