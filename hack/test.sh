@@ -7,6 +7,9 @@
 # Installs the test peers (haproxy, nginx, iptables, ...) first when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each step's wall and CPU time, printed at the end (hack/lib/steps.sh).
+# shellcheck source=lib/steps.sh
+. hack/lib/steps.sh
 # The disk this run builds on, first: a test build (Cargo.toml's dev profile)
 # takes about 3 GB of it, the image's static and release builds 1 GB more;
 # a run that fails on a full disk says so here.
@@ -23,50 +26,57 @@ done
   || bash hack/install-test-deps.sh
 # The real API servers the controller tests run against: built once per
 # version (minutes the first time), then found in the cache at once.
-bash hack/kube/build.sh >/dev/null
+step "Kubernetes control plane (newest)" bash hack/kube/build.sh >/dev/null
 # The real node (kubelet, containerd, the pause image: test/ingress/node.rs), likewise.
 [ -x /usr/lib/cni/bridge ] || bash hack/install-test-deps.sh
-bash hack/node/build.sh >/dev/null
+step "node: kubelet, containerd (newest)" bash hack/node/build.sh >/dev/null
 # clusterctl and the Cluster API manager (test/capi, test/release), likewise.
-bash hack/capi/build.sh >/dev/null
+step "Cluster API (newest)" bash hack/capi/build.sh >/dev/null
 # The version matrix (docs/compatibility.md): the oldest Kubernetes release of
 # a management and of a workload cluster, and the oldest Cluster API minor.
 # shellcheck source=kube/versions.env
 . hack/kube/versions.env
 # shellcheck source=capi/versions.env
 . hack/capi/versions.env
+step "Kubernetes $KUBE_VERSION_MANAGEMENT_MIN (management)" env HCP_KUBE_VERSION="$KUBE_VERSION_MANAGEMENT_MIN" bash hack/kube/build.sh --management >/dev/null
 kube_management_min="$(HCP_KUBE_VERSION="$KUBE_VERSION_MANAGEMENT_MIN" bash hack/kube/build.sh --management)"
+step "Kubernetes $KUBE_VERSION_WORKLOAD_MIN (workload)" env HCP_KUBE_VERSION="$KUBE_VERSION_WORKLOAD_MIN" bash hack/kube/build.sh >/dev/null
 kube_workload_min="$(HCP_KUBE_VERSION="$KUBE_VERSION_WORKLOAD_MIN" bash hack/kube/build.sh)"
 # A node's kubelet is never newer than its API server: the oldest workload
 # release gets its own kubelet (the same containerd).
+step "node: kubelet $KUBE_VERSION_WORKLOAD_MIN" env HCP_KUBE_VERSION="$KUBE_VERSION_WORKLOAD_MIN" bash hack/node/build.sh >/dev/null
 node_workload_min="$(HCP_KUBE_VERSION="$KUBE_VERSION_WORKLOAD_MIN" bash hack/node/build.sh)"
-HCP_CAPI_VERSION="$CAPI_VERSION_MIN" bash hack/capi/build.sh >/dev/null
+step "Cluster API $CAPI_VERSION_MIN" env HCP_CAPI_VERSION="$CAPI_VERSION_MIN" bash hack/capi/build.sh >/dev/null
 # Traefik, haproxy-ingress and k0smotron (test/ingress), likewise; haproxy-ingress's Lua
 # needs Debian's lua-json.
 [ -f /usr/share/lua/5.3/json.lua ] || bash hack/install-test-deps.sh
-bash hack/consumers/build.sh >/dev/null
-bash hack/consumers/haproxytech.sh --build-only >/dev/null
+step "consumers: Traefik, haproxy-ingress, k0smotron" bash hack/consumers/build.sh >/dev/null
+step "consumers: haproxytech, HAProxy 3.0" bash hack/consumers/haproxytech.sh --build-only >/dev/null
 # helm for the chart tests, built once from the Go module proxy.
-bash hack/install-helm.sh >/dev/null
-bash hack/install-promql.sh >/dev/null
+step "helm" bash hack/install-helm.sh >/dev/null
+step "PromQL" bash hack/install-promql.sh >/dev/null
 # The image's and the release's tools (test/release), likewise.
-for tool in cargo-auditable ociimage actionlint; do bash hack/install-tool.sh "$tool" >/dev/null; done
-cargo fmt --all -- --check
+for tool in cargo-auditable ociimage actionlint; do step "tool: $tool" bash hack/install-tool.sh "$tool" >/dev/null; done
+step "cargo fmt" cargo fmt --all -- --check
 # The book (docs/, book.toml): built, and every link and anchor in it and in
 # README.md checked, offline; a broken one fails here, before clippy and the
 # suite.
-bash hack/book.sh
-cargo clippy --workspace --all-targets --locked -- -D warnings
-bash hack/audit.sh
-musl_bins="$(bash hack/check-image-proxy.sh)"
+step "hack/book.sh" bash hack/book.sh
+step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+step "hack/audit.sh" bash hack/audit.sh
+step "hack/check-image-proxy.sh (the image's musl release build)" bash hack/check-image-proxy.sh >"${out:=$(mktemp)}"
+musl_bins="$(cat "$out")"
 # The image without Docker, from those same binaries; test/release/image.rs
 # checks it against the Dockerfile.
-HCP_IMAGE_TARBALL="$(BIN_DIR="$musl_bins" bash hack/build-image-tarball.sh)"
+step "hack/build-image-tarball.sh" env BIN_DIR="$musl_bins" bash hack/build-image-tarball.sh >"$out"
+HCP_IMAGE_TARBALL="$(cat "$out")"
+rm -f "$out"
 export HCP_IMAGE_TARBALL
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --locked --no-fail-fast
 else
-  cargo test --workspace --locked --no-fail-fast
+  step "cargo test --no-run (the test build)" cargo test --workspace --locked --no-run
+  step "cargo test (every test binary)" cargo test --workspace --locked --no-fail-fast
 fi
 
 # The version matrix, after the run above on the newest releases (KUBE_VERSION,
@@ -84,7 +94,7 @@ matrix() {
   echo "hack/test.sh: --test $target on management $KUBE_VERSION_MANAGEMENT_MIN, workload $KUBE_VERSION_WORKLOAD_MIN, Cluster API $CAPI_VERSION_MIN" >&2
   HCP_KUBE_BIN_MANAGEMENT="$kube_management_min" HCP_KUBE_BIN_WORKLOAD="$kube_workload_min" \
     HCP_NODE_BIN="$node_workload_min" HCP_CAPI_VERSION="$CAPI_VERSION_MIN" \
-    cargo test --workspace --locked --no-fail-fast --test "$target" -- "$@" \
+    step "matrix: --test $target" cargo test --workspace --locked --no-fail-fast --test "$target" -- "$@" \
     || matrix_failed+=("$target")
 }
 # The controller on both sides, the data path (kube-proxy of the workload
