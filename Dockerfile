@@ -39,6 +39,10 @@ ARG SOURCE_DATE_EPOCH
 # libc headers (libc6-dev-*-cross: without them C dependencies do not
 # compile for another architecture); Rust's musl targets link their own
 # musl, so the gnu cross gcc works as linker.
+# Each binary in a cargo run of its own package (hack/check-image-proxy.sh):
+# built in one run, the node proxy would link what the controller's features
+# turn on in shared crates. crates/proxy depends on no Kubernetes crate, so
+# the node binary's dependency list (.dep-v0) names none.
 RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,target=/src/target,sharing=locked \
     set -eux; \
@@ -47,7 +51,8 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
       upper="$(echo "$target" | tr 'a-z-' 'A-Z_')"; \
       export "CARGO_TARGET_${upper}_LINKER=${gnu}-gcc" "CC_$(echo "$target" | tr '-' '_')=${gnu}-gcc"; \
     fi; \
-    cargo auditable build --release --locked --target "$target" --bin hcp-ingress --bin hcp-ingress-proxy; \
+    cargo auditable build --release --locked --target "$target" -p hcp-ingress-proxy --bin hcp-ingress-proxy; \
+    cargo auditable build --release --locked --target "$target" -p hcp-ingress --bin hcp-ingress; \
     cp "target/$target/release/hcp-ingress" "target/$target/release/hcp-ingress-proxy" /
 
 FROM gcr.io/distroless/static-debian12:nonroot

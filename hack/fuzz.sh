@@ -2,14 +2,15 @@
 # Fuzz the proxy's parsers with cargo-fuzz (libFuzzer) on the stable toolchain.
 #   bash hack/fuzz.sh                     # every target, 300 s each
 #   bash hack/fuzz.sh client_hello 1800   # one target, 30 minutes
-# Targets: client_hello, proxy_v2_roundtrip, proxy_config (fuzz/fuzz_targets/).
+# Targets: client_hello, proxy_v2_roundtrip, proxy_config
+# (crates/proxy/fuzz/fuzz_targets/; paths below are under crates/proxy/).
 # New inputs go to fuzz/corpus-work/<target>/ (ignored by git); the committed
 # seeds in fuzz/corpus/<target>/ are only read. Crashes land in
 # fuzz/artifacts/<target>/: add each as a unit-test regression case.
 # One process per target (libFuzzer's default): the machine is shared.
 # FUZZ_SANITIZER=none skips AddressSanitizer (faster; the crate has no unsafe).
 set -euo pipefail
-cd "$(dirname "$0")/../fuzz"
+cd "$(dirname "$0")/../crates/proxy/fuzz"
 targets=(client_hello proxy_v2_roundtrip proxy_config)
 if [ $# -ge 1 ] && [ "$1" != all ]; then
   targets=("$1")

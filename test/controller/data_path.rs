@@ -953,7 +953,7 @@ impl Kubelet {
         node.spawn(
             &name,
             true,
-            &[env!("CARGO_BIN_EXE_hcp-ingress-proxy"), "--config", &cfg],
+            &[crate::proxy_bin::proxy_bin(), "--config", &cfg],
         );
         Some(name)
     }

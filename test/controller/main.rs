@@ -9,6 +9,8 @@ mod faults;
 mod harness;
 mod management;
 mod no_kube_proxy;
+#[path = "../support/proxy_bin.rs"]
+mod proxy_bin;
 mod secrets;
 mod shards;
 mod steering_path;

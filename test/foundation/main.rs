@@ -2,6 +2,7 @@
 //! the `render` / `crd` commands.
 
 mod bad_input;
+mod crates;
 mod crd;
 mod golden;
 mod modules;

@@ -29,6 +29,8 @@ mod haproxy_ingress;
 mod haproxytech;
 mod k0smotron;
 mod node;
+#[path = "../support/proxy_bin.rs"]
+mod proxy_bin;
 mod tls;
 mod traefik;
 mod whole_path;

@@ -742,7 +742,7 @@ impl Kubelet {
                 env["value"].as_str().unwrap()
             ));
         }
-        script.push_str(&format!(" {}", env!("CARGO_BIN_EXE_hcp-ingress-proxy")));
+        script.push_str(&format!(" {}", crate::proxy_bin::proxy_bin()));
         for arg in &command[1..] {
             script.push_str(&format!(" '{arg}'"));
         }

@@ -200,7 +200,7 @@ impl RenderedProxy {
             args.last(),
             Some(&mount(CONFIG_DIR).join(CONFIG_FILE).display().to_string())
         );
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_hcp-ingress-proxy"))
+        let child = std::process::Command::new(crate::proxy_bin::proxy_bin())
             .args(&args)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())

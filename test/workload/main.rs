@@ -12,6 +12,8 @@ mod certificate;
 mod clusterresourceset;
 mod data_path;
 mod golden;
+#[path = "../support/proxy_bin.rs"]
+mod proxy_bin;
 mod proxy_config;
 mod published_endpoint;
 mod security;

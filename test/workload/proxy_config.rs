@@ -49,7 +49,7 @@ fn the_proxy_binary_loads_the_rendered_config_and_certificates() {
             input.file_stem().unwrap().to_str().unwrap()
         ));
         mount_proxy_files(&rendered, &dir, &[]);
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_hcp-ingress-proxy"))
+        let output = std::process::Command::new(crate::proxy_bin::proxy_bin())
             .arg("--check-config")
             .arg(under(&dir, CONFIG_DIR).join(CONFIG_FILE))
             .output()

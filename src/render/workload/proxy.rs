@@ -307,7 +307,7 @@ pub(super) fn daemon_set(
         "spec": {
             "selector": {"matchLabels": selector_labels()},
             // Surge: the new pod starts next to the old one on each node
-            // (the proxy binds with SO_REUSEPORT, src/proxy/server.rs) and
+            // (the proxy binds with SO_REUSEPORT, crates/proxy/src/server.rs) and
             // the old one goes only once the new one is ready, so no node
             // is ever without a proxy. That is why the container declares
             // no ports: a hostNetwork pod's ports are host ports, and the

@@ -1,6 +1,0 @@
-//! ClientHello/SNI parser: arbitrary bytes, whole and as growing prefixes.
-#![no_main]
-
-libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    hcp_ingress::proxy::fuzz_checks::client_hello(data);
-});
