@@ -42,33 +42,13 @@ if ! /opt/hcp-ingress-tls/bin/python3 -c 'import tlslite, kyber_py' >/dev/null 2
   $SUDO /opt/hcp-ingress-tls/bin/pip install --quiet --require-hashes --no-deps \
     -r "$(dirname "$0")/tls-test-requirements.txt"
 fi
-# The real control plane of the controller's integration tests (etcd,
-# kube-apiserver, kube-controller-manager, kube-scheduler, kwok), built once
-# per version from the Go module proxy into ~/.cache/hcp-ingress/kube.
-step "Kubernetes control plane (newest)" bash "$(dirname "$0")/kube/build.sh" >/dev/null
-# The real node of test/ingress/node.rs (kubelet, containerd, the pause
-# image), built once per version into ~/.cache/hcp-ingress/node (hack/test.sh
-# builds the workload floor's kubelet too).
-step "node: kubelet, containerd (newest)" bash "$(dirname "$0")/node/build.sh" >/dev/null
-# The real consumers of our routes in test/ingress (Traefik, haproxy-ingress,
-# k0smotron), built once per version into ~/.cache/hcp-ingress/consumers.
-step "consumers: Traefik, haproxy-ingress, k0smotron" bash "$(dirname "$0")/consumers/build.sh" >/dev/null
-# The haproxytech controller needs HAProxy >= 2.8: Debian trixie's HAProxy,
-# built from Debian's source package beside it (Debian 12's 2.6 stays).
-step "consumers: haproxytech, HAProxy 3.0" bash "$(dirname "$0")/consumers/haproxytech.sh" --build-only >/dev/null
-# Cluster API's clusterctl and core manager, which install, move and deliver
-# hcp-ingress in test/capi and test/release, built once per version from the
-# Go module proxy into ~/.cache/hcp-ingress/capi.
-step "Cluster API (newest)" bash "$(dirname "$0")/capi/build.sh" >/dev/null
-# helm for the chart tests (`cargo test --test chart`), built once from the
-# Go module proxy into ~/.cache/hcp-ingress/tools/bin.
-step "helm" bash "$(dirname "$0")/install-helm.sh" >/dev/null
-# Prometheus's PromQL parser, for the chart tests' dashboard and alert queries.
-step "PromQL" bash "$(dirname "$0")/install-promql.sh" >/dev/null
-# The image and the release (hack/check-image-proxy.sh, hack/build-image-tarball.sh,
-# test/release): cargo-auditable from crates.io, go-containerregistry's image
-# writer and actionlint from the Go module proxy; the book (hack/book.sh):
-# mdBook from crates.io and lychee from PyPI; all pinned in hack/install-tool.sh.
-for tool in cargo-auditable ociimage actionlint mdbook lychee; do
-  step "tool: $tool" bash "$(dirname "$0")/install-tool.sh" "$tool" >/dev/null
-done
+# What the tests run that Debian does not ship, each built once per version
+# into ~/.cache/hcp-ingress, two builds side by side (hack/test-tools.sh):
+# the real control planes of the suite and of the version matrix (etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, kwok),
+# the real node (kubelet, containerd, the pause image), Cluster API's
+# clusterctl and core manager, the routes' consumers (Traefik,
+# haproxy-ingress, k0smotron, haproxytech's controller and its HAProxy), helm,
+# PromQL, and the image's and the book's tools (cargo-auditable, ociimage,
+# actionlint, mdBook, lychee), all pinned.
+step "hack/test-tools.sh" bash "$(dirname "$0")/test-tools.sh"

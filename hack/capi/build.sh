@@ -60,16 +60,20 @@ for kv in "gitMajor=${ver%%.*}" "gitMinor=$(cut -d. -f2 <<<"$ver")" "gitVersion=
           "gitTreeState=clean" "buildDate=1970-01-01T00:00:00Z"; do
   ldflags+=" -X sigs.k8s.io/cluster-api/version.$kv"
 done
-build() { # build <output name> <package>
-  [[ -x "$bin/$1" ]] && return
-  log "building $1 $CAPI_VERSION (minutes on 2 cores the first time)"
-  (cd "$src" && go build -trimpath -ldflags "$ldflags" -o "$bin/$1.tmp" "$2") && mv "$bin/$1.tmp" "$bin/$1"
-}
 # The core manager's main package and config/: core/ since v1.14, the root before.
 core=core manager=sigs.k8s.io/cluster-api/core
 [[ -f "$mod/core/main.go" ]] || core=. manager=sigs.k8s.io/cluster-api
-build clusterctl sigs.k8s.io/cluster-api/cmd/clusterctl
-build capi-manager "$manager"
+if [[ ! -x "$bin/clusterctl" || ! -x "$bin/capi-manager" ]]; then
+  # One `go build` for both: the packages they share are loaded once and the
+  # two link side by side. Go names a binary after its package's folder
+  # (`core`, or `cluster-api` before v1.14): renamed to what the tests run.
+  log "building clusterctl and the core manager $CAPI_VERSION (minutes on 2 cores the first time)"
+  rm -rf "$bin/.build" && mkdir -p "$bin/.build"
+  (cd "$src" && go build -trimpath -ldflags "$ldflags" -o "$bin/.build/" sigs.k8s.io/cluster-api/cmd/clusterctl "$manager")
+  mv "$bin/.build/clusterctl" "$bin/clusterctl"
+  mv "$bin/.build/${manager##*/}" "$bin/capi-manager"
+  rmdir "$bin/.build"
+fi
 
 # The providers' components, as their release assets are made: kustomize of
 # config/default (the module cache is read-only: kustomize reads it in place).

@@ -72,11 +72,16 @@ build_kube() {
   # `kubectl version` and discovery report the release, as in a released binary.
   local minor_number="${KUBE_VERSION#v1.}"; minor_number="${minor_number%%.*}"
   local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor_number"
-  for cmd in "${kube_cmds[@]}"; do
-    [[ -x "$bin/$cmd" ]] && continue
-    log "building $cmd $KUBE_VERSION (minutes on 2 cores the first time)"
-    (cd "$dir" && go build -trimpath -ldflags "$ldflags" -o "$bin/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd") && mv "$bin/$cmd.tmp" "$bin/$cmd"
-  done
+  local pkgs=() cmd
+  for cmd in "${kube_cmds[@]}"; do [[ -x "$bin/$cmd" ]] || pkgs+=("k8s.io/kubernetes/cmd/$cmd"); done
+  (( ${#pkgs[@]} )) || return 0
+  # One `go build` for every command: the package graph is loaded once and
+  # the binaries link side by side (a link is one core's work).
+  log "building ${pkgs[*]##*/} $KUBE_VERSION (minutes on 2 cores the first time)"
+  rm -rf "$bin/.build" && mkdir -p "$bin/.build"
+  (cd "$dir" && go build -trimpath -ldflags "$ldflags" -o "$bin/.build/" "${pkgs[@]}")
+  for cmd in "${pkgs[@]##*/}"; do mv "$bin/.build/$cmd" "$bin/$cmd"; done
+  rmdir "$bin/.build"
 }
 
 build_etcd() {

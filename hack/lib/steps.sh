@@ -43,8 +43,8 @@ _steps_print() {
       sort -n "$HCP_STEPS" | awk -F'\t' '{
           name = sprintf("%*s%s", 2 * $2, "", $3)
           printf "  %-64s %6ds %6ds  %s\n", name, $4, $5, ($6 == 0 ? "" : "exit " $6)
-          if ($2 == 0) { w += $4; c += $5 } }
-        END { printf "  %-64s %6ds %6ds\n", "total", w, c }'
+          if ($2 == 0) c += $5 }
+        END { printf "  %-64s %6ds %6ds\n", "total (wall: the whole run; steps may overlap)", w, c }' w="$(awk -v t0="$_steps_t0" -v t1="$(date +%s.%N)" 'BEGIN { printf "%.0f", t1 - t0 }')"
     } >&2
   fi
   rm -f "$HCP_STEPS" "$HCP_STEPS".*
@@ -54,5 +54,6 @@ _steps_print() {
 if [[ -z "${HCP_STEPS:-}" ]]; then
   HCP_STEPS="$(mktemp)"
   export HCP_STEPS
+  _steps_t0="$(date +%s.%N)"
   trap _steps_print EXIT
 fi

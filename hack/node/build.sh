@@ -57,14 +57,18 @@ build_containerd() {
     "$CONTAINERD_VERSION" >"$dir/go.mod"
   local pkg=github.com/containerd/containerd/v2
   local ldflags="-s -w -X $pkg/version.Version=$CONTAINERD_VERSION"
-  for cmd in containerd ctr containerd-shim-runc-v2; do
-    if [[ ! -x "$shared/bin/$cmd" ]]; then
-      log "building $cmd $CONTAINERD_VERSION"
-      (cd "$dir" && CGO_ENABLED=0 go build -trimpath -tags "no_btrfs no_devmapper no_zfs no_aufs" \
-        -ldflags "$ldflags" -o "$shared/bin/$cmd.tmp" "$pkg/cmd/$cmd") && mv "$shared/bin/$cmd.tmp" "$shared/bin/$cmd"
-    fi
-    ln -sf "$shared/bin/$cmd" "$bin/$cmd"
-  done
+  local cmds=(containerd ctr containerd-shim-runc-v2) pkgs=() cmd
+  for cmd in "${cmds[@]}"; do [[ -x "$shared/bin/$cmd" ]] || pkgs+=("$pkg/cmd/$cmd"); done
+  if (( ${#pkgs[@]} )); then
+    # One `go build` for all three, linked side by side.
+    log "building ${pkgs[*]##*/} $CONTAINERD_VERSION"
+    rm -rf "$shared/bin/.build" && mkdir -p "$shared/bin/.build"
+    (cd "$dir" && CGO_ENABLED=0 go build -trimpath -tags "no_btrfs no_devmapper no_zfs no_aufs" \
+      -ldflags "$ldflags" -o "$shared/bin/.build/" "${pkgs[@]}")
+    for cmd in "${pkgs[@]##*/}"; do mv "$shared/bin/.build/$cmd" "$shared/bin/$cmd"; done
+    rmdir "$shared/bin/.build"
+  fi
+  for cmd in "${cmds[@]}"; do ln -sf "$shared/bin/$cmd" "$bin/$cmd"; done
 }
 
 build_pause() {
