@@ -20,8 +20,10 @@ where COMMAND is a program and its arguments, or `@TARGET [ARGS...]`: the
 test binary of the test target TARGET (a root package's `[[test]]`, a
 crate's `tests/*.rs`) with libtest's ARGS, run from its package's folder as
 `cargo test` runs it. `@*` is one job for every test binary (unit tests
-included) that no other `@` job of the list runs without arguments, so a
-binary added to the workspace runs without being named here. A job with
+included) that no other `@` job of the list names, so a binary added to the
+workspace runs without being named here (and one that is named runs only
+as its jobs say: split by test-name filters, each half must be the other's
+`--skip`s). A job with
 `needs=` starts after that job passed (and fails, not run, if it did not).
 Lines starting with `#` are comments.
 
@@ -136,8 +138,7 @@ def parse_jobs(lines, binaries):
                 die(f"job line {number}: {len(found)} test targets named {target!r}")
             _, _, _, path, folder = found[0]
             job.argv, job.cwd = [path, *command[1:]], folder
-            if len(command) == 1:
-                named.add(path)
+            named.add(path)
         jobs.append(job)
     if wildcard is not None:
         position = wildcard_at

@@ -70,7 +70,7 @@ export HCP_IMAGE_TARBALL
 # Every test binary of the workspace, then the version matrix, in two lanes
 # (hack/run-tests.py): most of the suite's time is spent waiting on API
 # servers, leases and idle connections, so one binary runs while another
-# waits. The two controller runs, the longest, share a lane.
+# waits; the longest jobs first.
 #
 # The version matrix runs the same tests on the oldest releases we support:
 # every test that starts a management cluster runs it on
@@ -81,7 +81,47 @@ export HCP_IMAGE_TARBALL
 matrix="HCP_KUBE_BIN_MANAGEMENT=$kube_management_min HCP_KUBE_BIN_WORKLOAD=$kube_workload_min"
 matrix+=" HCP_NODE_BIN=$node_workload_min HCP_CAPI_VERSION=$CAPI_VERSION_MIN"
 echo "hack/test.sh: the matrix runs on management $KUBE_VERSION_MANAGEMENT_MIN, workload $KUBE_VERSION_WORKLOAD_MIN, Cluster API $CAPI_VERSION_MIN" >&2
+# The controller's binary runs as two jobs, its data-path tests (real
+# kube-proxy, nodes as network namespaces) and the rest: the two halves of
+# one set (the filters of one are the other's --skips). Two data-path runs
+# or two real-node runs never overlap (needs=): those tests time their calls.
+path="steering_path:: takeover:: no_kube_proxy::"
+not_path="--skip steering_path:: --skip takeover:: --skip no_kube_proxy::"
+# The controller on both sides, the data path (kube-proxy of the workload
+# release), steering and the doctor; the tests that run on the in-memory API
+# (API faults) have no release to vary and stay out. kube-proxy's nftables
+# mode (alpha on 1.30, behind its gate) runs service steering from the start,
+# the hand-over held open; its walks and the take-over run on the newest
+# release only.
+matrix_controller="--skip faults:: --skip management::api_failures_are_retried"
+matrix_controller+=" --skip management::leader_election_with_skewed_clocks --skip management::a_renewal_conflict"
+matrix_controller+=" --skip management::a_failed_discovery"
+matrix_controller+=" --skip each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api_on_nftables"
+matrix_controller+=" --skip each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api_over_ipv6_on_nftables"
+matrix_controller+=" --skip taking_the_node_proxy_over_from_k0smotron_keeps_pods_on_the_api_on_nftables"
 step "tests (hack/run-tests.py, two lanes)" python3 hack/run-tests.py --lanes 2 <<JOBS
+main:controller -- @controller $not_path
+main:controller-data-path -- @controller $path
+matrix:controller $matrix -- @controller $not_path $matrix_controller
+main:ingress -- @ingress
+matrix:controller-data-path needs=main:controller-data-path $matrix -- @controller $path $matrix_controller
+# The real ingress controllers reading the routes the controller wrote into a
+# 1.33 management cluster, a pod's whole path to its tenant's 1.30 API server,
+# and the node proxy as a pod of a 1.30 kubelet (its kube-proxy's nftables
+# mode is proven on 1.30 by the controller's data path above).
+matrix:ingress needs=main:ingress $matrix -- @ingress --skip with_kube_proxy_in_nftables_mode
+main:capi -- @capi
+main:chart -- @chart
+main:release -- @release
+main -- @*
+# clusterctl init, delete and move, and the ClusterResourceSet applied by the
+# Cluster API manager, on the oldest Cluster API minor and management release.
+matrix:capi $matrix -- @capi
+# clusterctl's variable substitution of our release assets, same minor.
+matrix:release $matrix -- @release
+# The chart's objects, as helm renders them, into a 1.33 management cluster.
+matrix:chart $matrix -- @chart live::every_ci_values_file_installs
+JOBS
 main:controller -- @controller
 # The controller on both sides, the data path (kube-proxy of the workload
 # release), steering and the doctor; the tests that run on the in-memory API
