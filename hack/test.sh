@@ -122,31 +122,3 @@ matrix:release $matrix -- @release
 # The chart's objects, as helm renders them, into a 1.33 management cluster.
 matrix:chart $matrix -- @chart live::every_ci_values_file_installs
 JOBS
-main:controller -- @controller
-# The controller on both sides, the data path (kube-proxy of the workload
-# release), steering and the doctor; the tests that run on the in-memory API
-# (API faults) have no release to vary and stay out. kube-proxy's nftables
-# mode (alpha on 1.30, behind its gate) runs service steering from the start,
-# the hand-over held open; its walks and the take-over run on the newest
-# release only.
-matrix:controller needs=main:controller $matrix -- @controller --skip faults:: \
-  --skip management::api_failures_are_retried --skip management::leader_election_with_skewed_clocks \
-  --skip management::a_renewal_conflict --skip management::a_failed_discovery \
-  --skip each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api_on_nftables \
-  --skip each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api_over_ipv6_on_nftables \
-  --skip taking_the_node_proxy_over_from_k0smotron_keeps_pods_on_the_api_on_nftables
-main:ingress -- @ingress
-# The real ingress controllers reading the routes the controller wrote into a
-# 1.33 management cluster, a pod's whole path to its tenant's 1.30 API server,
-# and the node proxy as a pod of a 1.30 kubelet (its kube-proxy's nftables
-# mode is proven on 1.30 by the controller's data path above).
-matrix:ingress $matrix -- @ingress --skip with_kube_proxy_in_nftables_mode
-main -- @*
-# clusterctl init, delete and move, and the ClusterResourceSet applied by the
-# Cluster API manager, on the oldest Cluster API minor and management release.
-matrix:capi $matrix -- @capi
-# clusterctl's variable substitution of our release assets, same minor.
-matrix:release $matrix -- @release
-# The chart's objects, as helm renders them, into a 1.33 management cluster.
-matrix:chart $matrix -- @chart live::every_ci_values_file_installs
-JOBS
