@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 
 # The newest Kubernetes with its node (the kubelet links in the same `go
 # build` as the control plane), then the oldest workload release and its
-# kubelet, then Traefik.
+# kubelet, then Traefik and k0smotron v2 (from its source in ../shared).
 kubernetes_and_nodes() {
   # hack/node/build.sh packs its images with it.
   step "tool: ociimage" bash hack/install-tool.sh ociimage >/dev/null
@@ -30,6 +30,7 @@ kubernetes_and_nodes() {
   step "Kubernetes $KUBE_VERSION_WORKLOAD_MIN (workload) and its kubelet" \
     env HCP_KUBE_VERSION="$KUBE_VERSION_WORKLOAD_MIN" bash hack/node/build.sh >/dev/null
   step "consumers: Traefik" bash hack/consumers/build.sh traefik >/dev/null
+  step "consumers: k0smotron v2" bash hack/consumers/build.sh k0smotron-v2 >/dev/null
 }
 
 # Both Cluster API minors, the oldest management release (no node:
@@ -40,7 +41,7 @@ management_and_the_rest() {
   step "Cluster API $CAPI_VERSION_MIN" env HCP_CAPI_VERSION="$CAPI_VERSION_MIN" bash hack/capi/build.sh >/dev/null
   step "Kubernetes $KUBE_VERSION_MANAGEMENT_MIN (management)" \
     env HCP_KUBE_VERSION="$KUBE_VERSION_MANAGEMENT_MIN" bash hack/kube/build.sh --management >/dev/null
-  step "consumers: haproxy-ingress, k0smotron" bash hack/consumers/build.sh haproxy-ingress k0smotron >/dev/null
+  step "consumers: haproxy-ingress, k0smotron v1" bash hack/consumers/build.sh haproxy-ingress k0smotron >/dev/null
   # The haproxytech controller needs HAProxy >= 2.8: Debian trixie's,
   # built from Debian's source package beside it (Debian 12's 2.6 stays).
   step "consumers: haproxytech, HAProxy 3.0" bash hack/consumers/haproxytech.sh --build-only >/dev/null

@@ -9,6 +9,10 @@
 #   k0smotron-<version>/bin/k0smotron (its manager, every provider in one
 #     binary; --enable-controller picks), plus its CRDs (bin/crds/) and
 #     webhook configurations (bin/webhook/).
+#   k0smotron-v2.1.0/bin/k0smotron: k0smotron v2 (v1beta2 APIs), from the
+#     source at ../shared/k0smotron-v2.1.0 (the module proxy refuses its
+#     module path), with its CRDs, the control-plane provider's webhook
+#     configurations and its CRDs' conversion webhooks (bin/conversion/).
 # A second run with the binaries present returns at once.
 #
 # Usage: hack/consumers/build.sh                      builds what is missing, prints the cache root
@@ -16,7 +20,7 @@
 #                                                     prints the bin directory of each
 #        hack/consumers/build.sh --print-bin-dir NAME prints the bin directory of one consumer
 #                                                     without building
-#        (NAME: traefik | haproxy-ingress | k0smotron)
+#        (NAME: traefik | haproxy-ingress | k0smotron | k0smotron-v2)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=versions.env
@@ -24,17 +28,21 @@ here="$(cd "$(dirname "$0")" && pwd)"
 TRAEFIK_VERSION="${HCP_TRAEFIK_VERSION:-$TRAEFIK_VERSION}"
 HAPROXY_INGRESS_VERSION="${HCP_HAPROXY_INGRESS_VERSION:-$HAPROXY_INGRESS_VERSION}"
 K0SMOTRON_VERSION="${HCP_K0SMOTRON_VERSION:-$K0SMOTRON_VERSION}"
+# k0smotron v2's source, read-only: it is copied before it is built.
+K0SMOTRON_V2_SOURCE="${HCP_K0SMOTRON_V2_SOURCE:-$here/../../../shared/k0smotron-$K0SMOTRON_V2_VERSION}"
 root="${HCP_CONSUMERS_CACHE:-$HOME/.cache/hcp-ingress/consumers}"
 traefik_bin="$root/traefik-$TRAEFIK_VERSION/bin"
 haproxy_ingress_bin="$root/haproxy-ingress-$HAPROXY_INGRESS_VERSION/bin"
 k0smotron_bin="$root/k0smotron-$K0SMOTRON_VERSION/bin"
+k0smotron_v2_bin="$root/k0smotron-$K0SMOTRON_V2_VERSION/bin"
 
 if [[ "${1:-}" == "--print-bin-dir" ]]; then
   case "${2:-}" in
     traefik) echo "$traefik_bin" ;;
     haproxy-ingress) echo "$haproxy_ingress_bin" ;;
     k0smotron) echo "$k0smotron_bin" ;;
-    *) echo "usage: $0 --print-bin-dir traefik|haproxy-ingress|k0smotron" >&2; exit 2 ;;
+    k0smotron-v2) echo "$k0smotron_v2_bin" ;;
+    *) echo "usage: $0 --print-bin-dir traefik|haproxy-ingress|k0smotron|k0smotron-v2" >&2; exit 2 ;;
   esac
   exit 0
 fi
@@ -135,7 +143,7 @@ build_haproxy_ingress() {
 # its go.mod pins k8s.io/kubernetes and replaces staging modules, and a
 # dependency's replace lines would not apply to a wrapper module. Its CRDs
 # (v1beta1 only; k0smotron v2, which ../shared/schemas describes, serves
-# v1beta2 and is not on the proxy) and the webhook configurations it serves
+# v1beta2 and is built from its source below) and the webhook configurations it serves
 # (the mutating one defaults a k0smotron Cluster's `ingress.deploy` to true)
 # come from the same zip's config/.
 build_k0smotron() {
@@ -168,13 +176,50 @@ build_k0smotron() {
   chmod -R u+w "$k0smotron_bin/crds" "$k0smotron_bin/webhook"
 }
 
+# k0smotron v2 from its source folder (../shared; the module proxy refuses
+# github.com/k0sproject/k0smotron/v2 while serving every module it
+# requires), copied first: the folder is read-only input and `go build`
+# with -mod=mod writes go.sum. What its control-plane provider installs
+# comes from the same source's config/: its CRDs (every k0smotron kind,
+# v1beta1 and v1beta2 served, v1beta2 stored), CAPI's Machine from the
+# Cluster API release it requires, the provider's webhook configurations
+# (one file: the K0sControlPlane, K0smotronControlPlane and k0smotron.io
+# Cluster hooks; the Cluster's mutating one still defaults
+# `ingress.deploy` to true) and the conversion webhooks its kustomization
+# patches into the two control-plane CRDs.
+build_k0smotron_v2() {
+  [[ -x "$k0smotron_v2_bin/k0smotron" && -s "$k0smotron_v2_bin/webhook/capi.yaml" ]] && return
+  need_go
+  local src="$K0SMOTRON_V2_SOURCE" dir="$root/k0smotron-$K0SMOTRON_V2_VERSION/src"
+  [[ -s "$src/go.mod" ]] || { log "k0smotron $K0SMOTRON_V2_VERSION's source is not at $src (set HCP_K0SMOTRON_V2_SOURCE)"; exit 1; }
+  grep -q "^module github.com/k0sproject/k0smotron/v2$" "$src/go.mod" \
+    || { log "$src/go.mod is not github.com/k0sproject/k0smotron/v2"; exit 1; }
+  mkdir -p "$k0smotron_v2_bin"
+  if [[ ! -x "$k0smotron_v2_bin/k0smotron" || ! -s "$dir/go.mod" ]]; then
+    rm -rf "$dir" && cp -r "$src" "$dir" && chmod -R u+w "$dir"
+  fi
+  if [[ ! -x "$k0smotron_v2_bin/k0smotron" ]]; then
+    log "building k0smotron $K0SMOTRON_V2_VERSION (minutes on 2 cores the first time)"
+    (cd "$dir" && go build -trimpath -ldflags "-s -w" -o "$k0smotron_v2_bin/k0smotron.tmp" ./cmd/) \
+      && mv "$k0smotron_v2_bin/k0smotron.tmp" "$k0smotron_v2_bin/k0smotron"
+  fi
+  local capi; capi="$(cd "$dir" && go mod download -json sigs.k8s.io/cluster-api | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
+  local out="$k0smotron_v2_bin"
+  rm -rf "$out/crds" "$out/webhook" "$out/conversion"
+  mkdir -p "$out/crds" "$out/webhook" "$out/conversion"
+  cp "$dir"/config/crd/*.yaml "$capi/config/crd/bases/cluster.x-k8s.io_machines.yaml" "$out/crds/"
+  cp "$dir/config/clusterapi/controlplane/webhook/manifests.yaml" "$out/webhook/capi.yaml"
+  cp "$dir"/config/clusterapi/controlplane/patches/webhook_in_*.yaml "$out/conversion/"
+  chmod -R u+w "$out/crds" "$out/webhook" "$out/conversion"
+}
+
 # One consumer alone (the local run needs haproxy-ingress only: Traefik and
 # k0smotron take minutes each to build).
 if [[ $# -gt 0 ]]; then
   for name in "$@"; do
     case "$name" in
-      traefik | haproxy-ingress | k0smotron) ;;
-      *) echo "usage: $0 [traefik|haproxy-ingress|k0smotron ...]" >&2; exit 2 ;;
+      traefik | haproxy-ingress | k0smotron | k0smotron-v2) ;;
+      *) echo "usage: $0 [traefik|haproxy-ingress|k0smotron|k0smotron-v2 ...]" >&2; exit 2 ;;
     esac
   done
   for name in "$@"; do
@@ -182,6 +227,7 @@ if [[ $# -gt 0 ]]; then
       traefik) build_traefik; echo "$traefik_bin" ;;
       haproxy-ingress) build_haproxy_ingress; echo "$haproxy_ingress_bin" ;;
       k0smotron) build_k0smotron; echo "$k0smotron_bin" ;;
+      k0smotron-v2) build_k0smotron_v2; echo "$k0smotron_v2_bin" ;;
     esac
   done
   exit 0
@@ -190,4 +236,5 @@ fi
 build_haproxy_ingress
 build_traefik
 build_k0smotron
+build_k0smotron_v2
 echo "$root"

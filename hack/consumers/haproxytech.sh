@@ -89,7 +89,7 @@ build_haproxy() {
   log "building HAProxy $HAPROXY_VERSION (Debian trixie's source, a minute or two on 2 cores)"
   # VERSION/SUBVERS as Debian's rules set them, so `haproxy -v` names the
   # package revision it was built from.
-  nice -n 19 make -C "$dir" -j"$(nproc)" TARGET=linux-glibc \
+  make -C "$dir" -j"$(nproc)" TARGET=linux-glibc \
     USE_OPENSSL=1 USE_PCRE2=1 USE_PCRE2_JIT=1 USE_SLZ=1 USE_PROMEX=1 \
     USE_LUA=1 LUA_INC=/usr/include/lua5.4 LUA_LIB_NAME=lua5.4 \
     IGNOREGIT=true VERSION="$upstream" SUBVERS="-${HAPROXY_VERSION##*-}" >"$dir/build.log" 2>&1 \
@@ -112,7 +112,7 @@ build_controller() {
     "$HAPROXYTECH_VERSION" >"$dir/go.mod"
   log "building the haproxytech ingress controller $HAPROXYTECH_VERSION (minutes on 2 cores the first time)"
   local pkg=github.com/haproxytech/kubernetes-ingress/pkg/version
-  (cd "$dir" && nice -n 19 go build -trimpath -ldflags "-s -w -X $pkg.GitTag=$HAPROXYTECH_VERSION" \
+  (cd "$dir" && go build -trimpath -ldflags "-s -w -X $pkg.GitTag=$HAPROXYTECH_VERSION" \
     -o "$controller_bin/haproxy-ingress-controller.tmp" github.com/haproxytech/kubernetes-ingress) \
     && mv "$controller_bin/haproxy-ingress-controller.tmp" "$controller_bin/haproxy-ingress-controller"
 }

@@ -1,10 +1,12 @@
-//! The real k0smotron (v1.10.9, the last release the Go module proxy
-//! serves: `v1beta1` APIs only) beside hcp-ingress on one management
-//! cluster. k0smotron's manager runs as a process against the management
-//! API server, as its control-plane provider (`--enable-controller
-//! control-plane`), with its admission webhooks served to the API server
-//! (the k0smotron `Cluster` webhook is what defaults `ingress.deploy` to
-//! true). No kubelet runs: the control plane's StatefulSet never starts,
+//! The real k0smotron beside hcp-ingress on one management cluster, both
+//! majors: v1.10.9 (the last v1 release, `v1beta1` APIs only, from the Go
+//! module proxy) and v2.1.0 (`v1beta2` stored, `v1beta1` converted by its
+//! own conversion webhook; built from its source in ../shared, the proxy
+//! refuses its module path). k0smotron's manager runs as a process against
+//! the management API server, as its control-plane provider
+//! (`--enable-controller control-plane`), with its admission webhooks served
+//! to the API server (the k0smotron `Cluster` webhook is what defaults
+//! `ingress.deploy` to true). No kubelet runs: the control plane's StatefulSet never starts,
 //! which is fine: what hcp-ingress reads is what k0smotron writes for
 //! `spec.ingress` before that (the Ingress `kmc-<cluster>`, its ConfigMaps
 //! and Service). Traefik's ingress-nginx provider stands as the shared
@@ -19,8 +21,14 @@
 //! hcp-ingress. And k0smotron v1 (`v1beta1`) and v2 (`v1beta2`) objects
 //! derive the same ControlPlaneIngress, so upgrading k0smotron changes
 //! nothing on our side.
+//!
+//! Where v2 behaves differently the test says so: on a k0s release that
+//! deploys the konnectivity agent itself (v1.35.1 and newer) v2 ships no
+//! agent ConfigMap `kmc-<cluster>-ingress-konnectivity`, and its
+//! K0smotronControlPlane is read at `v1beta2`.
 
 use std::{
+    collections::BTreeSet,
     net::SocketAddr,
     path::{Path, PathBuf},
     time::Duration,
@@ -29,7 +37,7 @@ use std::{
 use hcp_ingress::{
     api::{CLUSTER_NAME_LABEL, ControlPlaneIngress, MANAGER},
     doctor::{Check, Options, Resolver, Target, Verdict, diagnose},
-    render::{ROUTE_PREFIX, RouteKind},
+    render::{ROUTE_PREFIX, RouteKind, workload::K0SMOTRON_STOP_PATCH},
     sources::derive,
 };
 use k8s_openapi::{
@@ -52,7 +60,7 @@ use crate::{
 };
 
 /// How to get what these tests need.
-const HOW_TO_BUILD: &str = "run `bash hack/consumers/build.sh` (builds k0smotron and Traefik from the Go module proxy, versions in hack/consumers/versions.env)";
+const HOW_TO_BUILD: &str = "run `bash hack/consumers/build.sh` (builds both k0smotron majors and Traefik: v1 from the Go module proxy, v2 from ../shared/k0smotron-v2.1.0; versions in hack/consumers/versions.env)";
 
 /// The CAPI Cluster whose control plane k0smotron makes its Ingress for;
 /// its hosts and Service ports are the bed's, so that k0smotron's Ingress
@@ -73,40 +81,89 @@ const CCM: &str = "openstack-cloud-controller-manager";
 /// for: one k0smotron at a time on this machine.
 const WEBHOOK_PORT: u16 = 9443;
 
-fn k0smotron_bin() -> PathBuf {
-    bin_dir("k0smotron")
+/// A k0smotron release these tests run, and what differs between them.
+struct Release {
+    /// Its name for hack/consumers/build.sh.
+    consumer: &'static str,
+    /// The version its K0smotronControlPlane and k0smotron Cluster are
+    /// stored in: what its controllers write and hcp-ingress reads.
+    api: &'static str,
+    /// The other served version a user may still write, and whether the
+    /// API server reaches it through k0smotron's conversion webhook
+    /// (`false`: not served, compared by relabelling the object).
+    other_api: (&'static str, bool),
+    /// The k0s version of its control planes.
+    k0s: &'static str,
+    /// Whether it ships its own konnectivity agent for that k0s version
+    /// (ConfigMap `kmc-<cluster>-ingress-konnectivity`).
+    ships_konnectivity_agent: bool,
+    /// Its webhook configuration files under `webhook/`.
+    webhooks: &'static [&'static str],
+    /// Whether its objects take `spec.patches` (`v1beta2`), which the
+    /// take-over of its node proxy asks the user to set.
+    patches: bool,
 }
+
+impl Release {
+    fn bin(&self) -> PathBuf {
+        bin_dir(self.consumer)
+    }
+}
+
+/// k0smotron v1: the first k0s release its webhook accepts with an ingress,
+/// for which it ships its own konnectivity agent.
+const V1: Release = Release {
+    consumer: "k0smotron",
+    api: "v1beta1",
+    other_api: ("v1beta2", false),
+    k0s: "v1.34.1-k0s.0",
+    ships_konnectivity_agent: true,
+    webhooks: &["standalone", "capi"],
+    patches: false,
+};
+
+/// k0smotron v2 on a k0s release whose own konnectivity agent honours
+/// `spec.konnectivity.externalAddress` (k0smotron's
+/// `HasNativeIngressKonnectivity`): k0s deploys the agent, k0smotron does not.
+const V2: Release = Release {
+    consumer: "k0smotron-v2",
+    api: "v1beta2",
+    other_api: ("v1beta1", true),
+    k0s: "v1.35.1-k0s.0",
+    ships_konnectivity_agent: false,
+    webhooks: &["capi"],
+    patches: true,
+};
 
 fn traefik_binary() -> PathBuf {
     bin_dir("traefik").join("traefik")
 }
 
-/// k0smotron v1.10.9's own CRDs (its `v1beta1` K0smotronControlPlane and
-/// k0smotron Cluster replace the v2 files of ../shared/schemas), and CAPI's
-/// Machine, which its K0sControlPlane controller watches.
-fn k0smotron_crds() -> Vec<PathBuf> {
-    let mut paths: Vec<_> = std::fs::read_dir(k0smotron_bin().join("crds"))
+/// The release's own CRDs (they replace the files of ../shared/schemas for
+/// the same kinds), and CAPI's Machine, which its K0sControlPlane
+/// controller watches.
+fn k0smotron_crds(release: &Release) -> Vec<PathBuf> {
+    let mut paths: Vec<_> = std::fs::read_dir(release.bin().join("crds"))
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
     paths.sort();
     paths
 }
 
-fn can_run() -> bool {
-    let bin = k0smotron_bin();
-    ready(
-        &[],
-        &[
-            (bin.join("k0smotron"), HOW_TO_BUILD),
-            (
-                bin.join("crds/cluster.x-k8s.io_machines.yaml"),
-                HOW_TO_BUILD,
-            ),
-            (bin.join("webhook/standalone.yaml"), HOW_TO_BUILD),
-            (bin.join("webhook/capi.yaml"), HOW_TO_BUILD),
-            (traefik_binary(), HOW_TO_BUILD),
-        ],
-    )
+fn can_run(release: &Release) -> bool {
+    let bin = release.bin();
+    let mut files = vec![
+        (bin.join("k0smotron"), HOW_TO_BUILD),
+        (
+            bin.join("crds/cluster.x-k8s.io_machines.yaml"),
+            HOW_TO_BUILD,
+        ),
+        (traefik_binary(), HOW_TO_BUILD),
+    ];
+    for file in release.webhooks {
+        files.push((bin.join(format!("webhook/{file}.yaml")), HOW_TO_BUILD));
+    }
+    ready(&[], &files)
 }
 
 /// k0smotron's manager, its webhooks served on loopback with the test's
@@ -118,7 +175,7 @@ struct K0smotron {
 }
 
 impl K0smotron {
-    async fn start(bed: &Bed) -> K0smotron {
+    async fn start(bed: &Bed, release: &Release) -> K0smotron {
         let lock = std::env::temp_dir().join("hcp-ingress-k0smotron-webhook-port.lock");
         let file = std::fs::File::create(lock).unwrap();
         eventually(
@@ -139,7 +196,7 @@ impl K0smotron {
 
         let health = free_port();
         let process = Process::spawn_with_env(
-            &k0smotron_bin().join("k0smotron"),
+            &release.bin().join("k0smotron"),
             &[
                 format!("--kubeconfig={}", bed.consumer_kubeconfig().display()),
                 // What k0smotron's control-plane provider runs: the
@@ -167,17 +224,50 @@ impl K0smotron {
             (http_status(health, "/readyz").await == Some(200)).then_some(())
         })
         .await;
-        point_webhooks_at(&bed.client, ca.as_bytes()).await;
+        point_webhooks_at(&bed.client, release, ca.as_bytes()).await;
         k0smotron
     }
 }
 
-/// k0smotron's webhook configurations, as its release installs them, with
-/// the API server sent to the manager's port on loopback.
-async fn point_webhooks_at(client: &Client, ca: &[u8]) {
+/// k0smotron's webhook configurations, and the conversion webhooks its
+/// release patches into its CRDs, as its release installs them, with the
+/// API server sent to the manager's port on loopback.
+async fn point_webhooks_at(client: &Client, release: &Release, ca: &[u8]) {
     let bundle = serde_json::to_value(ByteString(ca.to_vec())).unwrap();
-    for file in ["standalone", "capi"] {
-        let path = k0smotron_bin().join(format!("webhook/{file}.yaml"));
+    let conversions = std::fs::read_dir(release.bin().join("conversion"))
+        .map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let crds: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "apiextensions.k8s.io",
+            "v1",
+            "CustomResourceDefinition",
+        )),
+    );
+    for path in conversions {
+        let patch: Value = serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let mut conversion = patch["spec"]["conversion"].clone();
+        let url_path = conversion["webhook"]["clientConfig"]["service"]["path"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{}: no conversion webhook path", path.display()))
+            .to_string();
+        conversion["webhook"]["clientConfig"] = json!({
+            "url": format!("https://127.0.0.1:{WEBHOOK_PORT}{url_path}"),
+            "caBundle": bundle,
+        });
+        let name = patch["metadata"]["name"].as_str().unwrap();
+        crds.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"conversion": conversion}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("CRD {name}'s conversion webhook: {e}"));
+    }
+    for file in release.webhooks {
+        let path = release.bin().join(format!("webhook/{file}.yaml"));
         let text = std::fs::read_to_string(&path).unwrap();
         for mut config in serde_saphyr::from_multiple::<Value>(&text).unwrap() {
             if config.is_null() {
@@ -253,19 +343,24 @@ fn capi_clusters(client: &Client) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), NS, &ApiResource::from_gvk(&gvk))
 }
 
-fn k0smotron_control_planes(client: &Client) -> Api<DynamicObject> {
+fn k0smotron_control_planes(client: &Client, api: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk(
         "controlplane.cluster.x-k8s.io",
-        "v1beta1",
+        api,
         "K0smotronControlPlane",
     );
     Api::namespaced_with(client.clone(), NS, &ApiResource::from_gvk(&gvk))
 }
 
-/// A CAPI Cluster and its K0smotronControlPlane `<cluster>-cp` (`v1beta1`)
-/// with `ingress`, owned and labelled as CAPI's Cluster controller leaves
-/// a control plane it references.
-async fn create_cluster(client: &Client, cluster: &str, ingress: Value) -> DynamicObject {
+/// A CAPI Cluster and its K0smotronControlPlane `<cluster>-cp` (the
+/// release's stored version) with `ingress`, owned and labelled as CAPI's
+/// Cluster controller leaves a control plane it references.
+async fn create_cluster(
+    client: &Client,
+    release: &Release,
+    cluster: &str,
+    ingress: Value,
+) -> DynamicObject {
     apply(
         client,
         json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
@@ -283,19 +378,18 @@ async fn create_cluster(client: &Client, cluster: &str, ingress: Value) -> Dynam
         .unwrap();
     apply(
         client,
-        json!({"apiVersion": "controlplane.cluster.x-k8s.io/v1beta1", "kind": "K0smotronControlPlane",
+        json!({"apiVersion": format!("controlplane.cluster.x-k8s.io/{}", release.api), "kind": "K0smotronControlPlane",
                "metadata": {"name": format!("{cluster}-cp"), "namespace": NS,
                             "labels": {CLUSTER_NAME_LABEL: cluster},
                             "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
                                                  "name": cluster, "uid": uid}]},
-               // The first k0s release k0smotron's webhook accepts with an ingress.
-               "spec": {"version": "v1.34.1-k0s.0",
+               "spec": {"version": release.k0s,
                         "service": {"type": "ClusterIP", "apiPort": API_PORT, "konnectivityPort": KONNECTIVITY_PORT},
                         "ingress": ingress}}),
         "user",
     )
     .await;
-    k0smotron_control_planes(client)
+    k0smotron_control_planes(client, release.api)
         .get(&format!("{cluster}-cp"))
         .await
         .unwrap()
@@ -441,10 +535,19 @@ async fn point_service_at_bed(client: &Client, service: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn k0smotron_routes_its_control_plane_and_hcp_ingress_adds_only_the_rest() {
-    if !can_run() {
+    routes_its_control_plane_and_hcp_ingress_adds_only_the_rest(&V1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k0smotron_v2_routes_its_control_plane_and_hcp_ingress_adds_only_the_rest() {
+    routes_its_control_plane_and_hcp_ingress_adds_only_the_rest(&V2).await;
+}
+
+async fn routes_its_control_plane_and_hcp_ingress_adds_only_the_rest(release: &Release) {
+    if !can_run(release) {
         return;
     }
-    let bed = Bed::start_with_own_crds(&k0smotron_crds()).await;
+    let bed = Bed::start_with_own_crds(&k0smotron_crds(release)).await;
     let client = &bed.client;
     apply(
         client,
@@ -453,11 +556,12 @@ async fn k0smotron_routes_its_control_plane_and_hcp_ingress_adds_only_the_rest()
         "platform",
     )
     .await;
-    let k0smotron = K0smotron::start(&bed).await;
+    let k0smotron = K0smotron::start(&bed, release).await;
 
     // 1. `spec.ingress` with k0smotron's default `deploy` (its webhook makes it true).
     let kcp = create_cluster(
         client,
+        release,
         ROUTED,
         json!({"apiHost": API_HOST, "konnectivityHost": KONNECTIVITY_HOST, "port": 443,
                "className": CLASS, "annotations": {PASSTHROUGH: "true"}}),
@@ -481,7 +585,7 @@ async fn k0smotron_routes_its_control_plane_and_hcp_ingress_adds_only_the_rest()
         .find(|o| o.controller == Some(true));
     assert!(
         owner.is_some_and(|o| o.kind == "Cluster"
-            && o.api_version == "k0smotron.io/v1beta1"
+            && o.api_version == format!("k0smotron.io/{}", release.api)
             && o.name == ROUTED),
         "{kmc} is not controlled by k0smotron Cluster {ROUTED}: {:?}",
         upstream.owner_references()
@@ -492,29 +596,40 @@ async fn k0smotron_routes_its_control_plane_and_hcp_ingress_adds_only_the_rest()
     let kmc_cluster = Api::<DynamicObject>::namespaced_with(
         client.clone(),
         NS,
-        &ApiResource::from_gvk(&GroupVersionKind::gvk("k0smotron.io", "v1beta1", "Cluster")),
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "k0smotron.io",
+            release.api,
+            "Cluster",
+        )),
     )
     .get(ROUTED)
     .await
     .unwrap();
     assert_eq!(kmc_cluster.data["spec"]["ingress"]["deploy"], json!(true));
-    // Its workload manifests (node proxy, steering, konnectivity agent),
-    // under the names docs/ownership.md (section 2.1) gives them.
+    // Its workload manifests (node proxy, steering, and the konnectivity
+    // agent where k0s does not deploy it), under the names
+    // docs/ownership.md (section 2.1) gives them.
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
-    for name in [
-        format!("{kmc}-ingress"),
-        format!("{kmc}-ingress-konnectivity"),
-    ] {
-        assert!(
-            configmaps.get_opt(&name).await.unwrap().is_some(),
-            "k0smotron made its Ingress but not ConfigMap {name}"
-        );
-    }
+    let agent = format!("{kmc}-ingress-konnectivity");
+    assert!(
+        configmaps
+            .get_opt(&format!("{kmc}-ingress"))
+            .await
+            .unwrap()
+            .is_some(),
+        "k0smotron made its Ingress but not ConfigMap {kmc}-ingress"
+    );
+    assert_eq!(
+        configmaps.get_opt(&agent).await.unwrap().is_some(),
+        release.ships_konnectivity_agent,
+        "ConfigMap {agent} (its konnectivity agent) for k0s {}",
+        release.k0s
+    );
     point_service_at_bed(client, &kmc).await;
     connect_workload(&bed, ROUTED).await;
 
-    // One ControlPlaneIngress for the cluster: the K0smotronControlPlane's
-    // (v1beta1), not one more for the k0smotron Cluster it made.
+    // One ControlPlaneIngress for the cluster: the K0smotronControlPlane's,
+    // not one more for the k0smotron Cluster it made.
     let cpi_name = format!("{ROUTED}-cp");
     let (reason, message) = condition(client, &cpi_name, "RouteReady", "True").await;
     assert_eq!(reason, "ManagedByUpstream", "{message}");
@@ -536,7 +651,7 @@ async fn k0smotron_routes_its_control_plane_and_hcp_ingress_adds_only_the_rest()
         .find(|o| o.controller == Some(true));
     assert!(
         source.is_some_and(|o| o.kind == "K0smotronControlPlane"
-            && o.api_version == "controlplane.cluster.x-k8s.io/v1beta1"
+            && o.api_version == format!("controlplane.cluster.x-k8s.io/{}", release.api)
             && Some(&o.uid) == kcp.uid().as_ref()),
         "{cpi_name} is not derived from K0smotronControlPlane {cpi_name}: {:?}",
         cpi.owner_references()
@@ -613,6 +728,7 @@ async fn k0smotron_routes_its_control_plane_and_hcp_ingress_adds_only_the_rest()
     // ConfigMaps) but makes no Ingress; hcp-ingress makes the route.
     create_cluster(
         client,
+        release,
         MANUAL,
         json!({"apiHost": MANUAL_API_HOST, "konnectivityHost": MANUAL_KONNECTIVITY_HOST, "port": 443,
                "className": CLASS, "annotations": {PASSTHROUGH: "true"}, "deploy": false}),
@@ -665,26 +781,48 @@ async fn k0smotron_routes_its_control_plane_and_hcp_ingress_adds_only_the_rest()
     );
     assert_eq!(control_plane_ingresses(client, ROUTED).await.len(), 1);
 
-    // What hcp-ingress derived from the live v1beta1 object is what it
-    // derives from the same object served as k0smotron v2's v1beta2.
-    let live = k0smotron_control_planes(client)
+    // What hcp-ingress derived from the live object is what it derives
+    // from the same object read at the other version: v2 serves v1beta1
+    // through its own conversion webhook; v1 does not serve v1beta2, so
+    // there the object is relabelled (the blocks we read have one schema).
+    let (other, served) = release.other_api;
+    let live = k0smotron_control_planes(client, release.api)
         .get(&cpi_name)
         .await
         .unwrap();
+    let other_object = if served {
+        let converted = k0smotron_control_planes(client, other)
+            .get(&cpi_name)
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{cpi_name} read at {other} (k0smotron's conversion webhook): {e}\n{}",
+                    k0smotron.process.tail()
+                )
+            });
+        assert_eq!(
+            converted.types.as_ref().map(|t| t.api_version.as_str()),
+            Some(format!("controlplane.cluster.x-k8s.io/{other}").as_str())
+        );
+        converted
+    } else {
+        as_version(&live, other)
+    };
     let live_cpi = Api::<ControlPlaneIngress>::namespaced(client.clone(), NS)
         .get(&cpi_name)
         .await
         .unwrap();
     assert_eq!(
-        derive(&as_version(&live, "v1beta2")).expect("derives").spec,
-        live_cpi.spec
+        derive(&other_object).expect("derives").spec,
+        live_cpi.spec,
+        "{cpi_name} read at {other}"
     );
 
     // 3. The first cluster switched to `deploy: false`: k0smotron has no
     // delete path for its Ingress, so `kmc-<cluster>` stays and still
     // routes the host. hcp-ingress, now asked to route, must not add a
     // second Ingress for that host: it reports the conflict instead.
-    k0smotron_control_planes(client)
+    k0smotron_control_planes(client, release.api)
         .patch(
             &cpi_name,
             &PatchParams::default(),
@@ -709,6 +847,56 @@ async fn k0smotron_routes_its_control_plane_and_hcp_ingress_adds_only_the_rest()
         vec![format!("Ingress {ours}")],
         "a second route for {API_HOST}"
     );
+
+    // 4. The take-over's last step, against k0smotron itself: the
+    // `spec.patches` entry hcp-ingress tells the user to add (its
+    // `TakeOverPending` message) removes from k0smotron's ingress
+    // ConfigMap exactly the files k0smotron ships there (its node proxy,
+    // the `kubernetes` Service it steers and the temporary Endpoints),
+    // and k0s prunes what the ConfigMap no longer holds.
+    if release.patches {
+        let name = format!("{manual_kmc}-ingress");
+        let shipped: BTreeSet<String> = configmaps
+            .get(&name)
+            .await
+            .unwrap()
+            .data
+            .unwrap_or_default()
+            .into_keys()
+            .collect();
+        let entries: Value = serde_json::from_str(
+            K0SMOTRON_STOP_PATCH
+                .strip_prefix("spec.patches: ")
+                .expect("the stop patch is a spec.patches entry"),
+        )
+        .unwrap();
+        let content: Value =
+            serde_json::from_str(entries[0]["patch"]["content"].as_str().unwrap()).unwrap();
+        let removed: BTreeSet<String> = content["data"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        assert_eq!(
+            shipped, removed,
+            "the files of {name} (k0smotron {}) and those our stop patch removes",
+            release.consumer
+        );
+        k0smotron_control_planes(client, release.api)
+            .patch(
+                &manual_cpi,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"patches": entries}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("spec.patches on K0smotronControlPlane {manual_cpi}: {e}"));
+        eventually(&format!("k0smotron emptying {name}"), || async {
+            let data = configmaps.get(&name).await.ok()?.data.unwrap_or_default();
+            data.keys().all(|key| !removed.contains(key)).then_some(())
+        })
+        .await;
+    }
 
     drop(traefik);
     drop(k0smotron);
