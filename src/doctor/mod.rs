@@ -1,7 +1,8 @@
 //! `hcp-ingress doctor`: checks every hop of one tenant's path, in data-path
 //! order — DNS, the route, TLS through the shared ingress, the workload
-//! cluster's `default/kubernetes` steering, the node proxy, the CCM env —
-//! and prints a table with what to fix for each failure.
+//! cluster's `default/kubernetes` steering, the node proxy, the CCM env, the
+//! konnectivity agents — and prints a table with what to fix for each
+//! failure.
 //!
 //! `checks` decides (pure, unit tested); `probe` reads (DNS, API servers);
 //! this file runs one after the other. Exit codes: 0 every check passed (or
@@ -280,7 +281,7 @@ async fn workload_checks(
     options: &Options,
 ) -> Vec<Check> {
     let skipped = |why: &str| {
-        ["steering", "node proxy", "ccm env"].map(|name| Check {
+        ["steering", "node proxy", "ccm env", "konnectivity"].map(|name| Check {
             name: name.into(),
             verdict: Verdict::Skip,
             detail: why.to_string(),
@@ -341,5 +342,13 @@ async fn workload_checks(
             .is_none_or(|u| u.kept_node_proxy().is_none());
     out.push(checks::proxy(cpi, ours, state.daemon_set.as_ref()));
     out.push(checks::ccm(cpi, &state.ccm_found, &state.ccm_missing));
+    let agents = match cpi.spec.ingress.konnectivity_host {
+        Some(_) => probe::konnectivity_agents(&workload, options.timeout).await,
+        None => Ok(Vec::new()),
+    };
+    out.push(checks::konnectivity(
+        cpi,
+        agents.as_deref().map_err(String::as_str),
+    ));
     out
 }

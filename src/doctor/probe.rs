@@ -10,7 +10,7 @@ use std::{
 
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
-    core::v1::{Endpoints, Secret, Service},
+    core::v1::{Endpoints, Pod, Secret, Service},
     discovery::v1::EndpointSlice,
 };
 use kube::{
@@ -385,6 +385,59 @@ pub async fn workload_state(
         ccm_found,
         ccm_missing,
     })
+}
+
+/// The konnectivity agent pods of the workload cluster (running ones, at
+/// most [`checks::KONNECTIVITY_AGENTS_READ`]) and each one's metrics, read
+/// through the workload API server's pod proxy: the API server reaches the
+/// pod as it reaches a kubelet for `kubectl logs`, through konnectivity when
+/// its egress selector sends cluster traffic there.
+pub async fn konnectivity_agents(
+    client: &Client,
+    timeout: Duration,
+) -> Result<Vec<checks::KonnectivityAgent>, String> {
+    let namespace = "kube-system";
+    let pods = Api::<Pod>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default().labels(checks::KONNECTIVITY_AGENT_SELECTOR))
+        .await
+        .map_err(|e| {
+            format!(
+                "failed to list the pods labelled {} in {namespace} of the workload cluster: {e}",
+                checks::KONNECTIVITY_AGENT_SELECTOR
+            )
+        })?;
+    let running = pods
+        .items
+        .into_iter()
+        .filter(|pod| pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
+    let mut agents = Vec::new();
+    for pod in running.take(checks::KONNECTIVITY_AGENTS_READ) {
+        let name = pod.name_any();
+        let port = checks::konnectivity_agent_port(&pod);
+        let path = format!("/api/v1/namespaces/{namespace}/pods/{name}:{port}/proxy/metrics");
+        let metrics = match http::Request::get(&path).body(Vec::new()) {
+            Ok(request) => {
+                match tokio::time::timeout(timeout, client.request_text(request)).await {
+                    Ok(Ok(text)) => Ok(text),
+                    Ok(Err(e)) => Err(first_line(&e.to_string())),
+                    Err(_) => Err(format!("no answer within {timeout:?}")),
+                }
+            }
+            Err(e) => Err(format!("GET {path}: {e}")),
+        };
+        agents.push(checks::KonnectivityAgent { pod: name, metrics });
+    }
+    Ok(agents)
+}
+
+/// The first line of an error, at most 300 characters: an API server's
+/// error for a proxied request can carry a whole upstream response.
+fn first_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    match line.char_indices().nth(300) {
+        Some((end, _)) => format!("{}...", &line[..end]),
+        None => line.to_string(),
+    }
 }
 
 /// The CCM workloads the controller would patch: explicit targets (missing

@@ -718,7 +718,7 @@ async fn doctor_passes_a_converged_tenant_and_names_each_fault_with_its_fix() {
     assert_eq!(run.code, 1, "{}", run.stdout);
     assert!(run.failed().contains(&"workload api"), "{}", run.stdout);
     println!("broken workload kubeconfig:\n{}", run.stdout);
-    for check in ["steering", "node proxy", "ccm env"] {
+    for check in ["steering", "node proxy", "ccm env", "konnectivity"] {
         assert!(run.row(check).contains("| SKIP "), "{}", run.stdout);
     }
 

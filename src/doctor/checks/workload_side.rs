@@ -1,11 +1,12 @@
 //! The workload-side hops: the API through the kubeconfig, the steering of
-//! `default/kubernetes`, the node proxy, the CCM environment.
+//! `default/kubernetes`, the node proxy, the CCM environment, the
+//! konnectivity agents.
 
 use std::net::IpAddr;
 
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
-    core::v1::{Endpoints, Service},
+    core::v1::{Endpoints, Pod, Service},
     discovery::v1::EndpointSlice,
 };
 use kube::api::DynamicObject;
@@ -326,12 +327,155 @@ pub fn ccm(
     )
 }
 
+/// The label selector of the konnectivity agents in `kube-system`: what
+/// k0s, k0smotron and Kamaji's konnectivity addon label their DaemonSet's
+/// pods with, as the upstream manifests do.
+pub const KONNECTIVITY_AGENT_SELECTOR: &str = "k8s-app=konnectivity-agent";
+/// The agent's health port, which also serves its metrics
+/// (`--health-server-port`, default 8093).
+pub const KONNECTIVITY_AGENT_HEALTH_PORT: u16 = 8093;
+/// How many agent pods are read at most: each read crosses the tunnel.
+pub const KONNECTIVITY_AGENTS_READ: usize = 5;
+
+/// A konnectivity agent pod of the workload cluster, and what the workload
+/// API server answered when asked for its metrics through the pod proxy.
+/// That request takes the path of `kubectl logs`, `exec` and
+/// `port-forward` (API server, konnectivity server, the agent's tunnel).
+#[derive(Clone, Debug)]
+pub struct KonnectivityAgent {
+    /// The pod's name, in `kube-system`.
+    pub pod: String,
+    /// Its metrics in Prometheus text, or why they could not be read.
+    pub metrics: Result<String, String>,
+}
+
+/// The port an agent pod serves its metrics on: its
+/// `--health-server-port` flag, else the agent's default.
+pub fn konnectivity_agent_port(pod: &Pod) -> u16 {
+    let containers = pod.spec.iter().flat_map(|s| &s.containers);
+    let words = containers.flat_map(|c| c.command.iter().chain(&c.args).flatten());
+    let mut next_is_port = false;
+    for word in words {
+        if next_is_port {
+            return word.parse().unwrap_or(KONNECTIVITY_AGENT_HEALTH_PORT);
+        }
+        if word == "--health-server-port" {
+            next_is_port = true;
+        } else if let Some(port) = word.strip_prefix("--health-server-port=") {
+            return port.parse().unwrap_or(KONNECTIVITY_AGENT_HEALTH_PORT);
+        }
+    }
+    KONNECTIVITY_AGENT_HEALTH_PORT
+}
+
+/// The konnectivity path: every agent read is connected to every
+/// konnectivity server it knows of. With two or more server replicas behind
+/// `konnectivityHost`, an agent that holds connections to only some of
+/// them breaks each call the API server sends through another one
+/// (`kubectl logs` fails with "expected one server ID in the context").
+/// `agents` is what the probe read (`Err`: the pods could not be listed).
+pub fn konnectivity(
+    cpi: &ControlPlaneIngress,
+    agents: Result<&[KonnectivityAgent], &str>,
+) -> Check {
+    let name = "konnectivity";
+    let Some(host) = cpi.spec.ingress.konnectivity_host.as_deref() else {
+        return Check::new(
+            name,
+            Verdict::Skip,
+            "spec.ingress.konnectivityHost is not set",
+        );
+    };
+    let port = cpi.spec.ingress.port;
+    let agents = match agents {
+        Ok(agents) => agents,
+        Err(why) => return Check::new(name, Verdict::Fail, why),
+    };
+    if agents.is_empty() {
+        return Check::new(
+            name,
+            Verdict::Warn,
+            format!(
+                "no running pod labelled {KONNECTIVITY_AGENT_SELECTOR} in kube-system: kubectl logs, exec and port-forward, webhooks and aggregated APIs of a hosted control plane need an agent connected through {host}:{port}"
+            ),
+        );
+    }
+    const KNOWN: &str = "konnectivity_network_proxy_agent_known_server_count";
+    const OPEN: &str = "konnectivity_network_proxy_agent_open_server_connections";
+    let mut problems = Vec::new();
+    let mut unknown = Vec::new();
+    let mut servers = Vec::new();
+    for agent in agents {
+        let pod = &agent.pod;
+        let text = match &agent.metrics {
+            Ok(text) => text,
+            Err(why) => {
+                problems.push(format!(
+                    "the API server could not reach agent {pod} through the pod proxy (the path kubectl logs and exec take): {why}"
+                ));
+                continue;
+            }
+        };
+        match (sample(text, KNOWN), sample(text, OPEN)) {
+            (Some(known), Some(open)) if open < known => problems.push(format!(
+                "agent {pod} is connected to {open} of the {known} konnectivity servers it knows of"
+            )),
+            (Some(known), Some(_)) => servers.push(known),
+            _ => unknown.push(pod.as_str()),
+        }
+    }
+    if !problems.is_empty() {
+        return Check::new(
+            name,
+            Verdict::Fail,
+            format!(
+                "{}. Fix: an agent dials {host}:{port} again until it holds one connection per server; one it never reaches means the route for {host} does not lead to every konnectivity server replica (the backend Service's endpoints, the ingress controller's backend for {host}), or the agent's --proxy-server-host is not {host} (without that name as SNI the shared ingress cannot route it)",
+                problems.join("; ")
+            ),
+        );
+    }
+    if servers.is_empty() {
+        return Check::new(
+            name,
+            Verdict::Warn,
+            format!(
+                "agent(s) {} report neither {KNOWN} nor {OPEN}: cannot tell which konnectivity servers they reach",
+                unknown.join(", ")
+            ),
+        );
+    }
+    let counts: std::collections::BTreeSet<String> = servers.iter().map(f64::to_string).collect();
+    let mut detail = format!(
+        "{} agent(s) read through the API server's pod proxy, each connected to every konnectivity server it knows of ({})",
+        servers.len(),
+        counts.into_iter().collect::<Vec<_>>().join(", ")
+    );
+    if !unknown.is_empty() {
+        detail.push_str(&format!("; {} report no server counts", unknown.join(", ")));
+    }
+    Check::new(name, Verdict::Pass, detail)
+}
+
+/// The value of the unlabelled sample `name` in Prometheus text exposition
+/// (`name value` or `name{} value`): the two agent gauges read here carry no
+/// labels. `None` when it is absent or not a number.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(name)?;
+        let rest = rest.strip_prefix("{}").unwrap_or(rest);
+        if !rest.starts_with([' ', '\t']) {
+            return None;
+        }
+        rest.split_whitespace().next()?.parse().ok()
+    })
+}
+
 /// A failure before the workload checks: they are all skipped with this reason.
 pub fn workload_unreachable(why: &str) -> Check {
     Check::new(
         "workload api",
         Verdict::Fail,
-        format!("{why}: steering, node proxy and ccm env cannot be checked"),
+        format!("{why}: steering, node proxy, ccm env and konnectivity cannot be checked"),
     )
 }
 

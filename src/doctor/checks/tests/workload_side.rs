@@ -1,7 +1,8 @@
 //! Unit tests of the doctor's workload-side decisions: the steering of
 //! `kubernetes.default.svc` compared with what the controller writes and
-//! whether it reaches a proxy, the node proxy's readiness, and the
-//! cloud-controller-manager's environment.
+//! whether it reaches a proxy, the node proxy's readiness, the
+//! cloud-controller-manager's environment, and the konnectivity agents'
+//! server connections.
 
 use k8s_openapi::api::{apps::v1::DaemonSet, core::v1::Endpoints};
 
@@ -180,4 +181,116 @@ fn a_steering_whose_endpoint_slices_hold_no_proxy_fails() {
     let check = steering_reaches_proxy(&advertise, passed(), Some(&v6), &[old]);
     assert_eq!(check.verdict, Verdict::Fail, "{check:?}");
     assert!(check.detail.contains("100::1"), "{}", check.detail);
+}
+
+/// Metrics of a real proxy-agent (v0.36.0) whose server said
+/// `--server-count=2` while every dial reached the same server; and of one
+/// connected to its only server.
+const AGENT_1_OF_2: &str =
+    include_str!("../../../../test/workload/fixtures/konnectivity-agent-metrics-1-of-2.txt");
+const AGENT_CONNECTED: &str =
+    include_str!("../../../../test/workload/fixtures/konnectivity-agent-metrics-connected.txt");
+
+fn agent(pod: &str, metrics: Result<&str, &str>) -> KonnectivityAgent {
+    KonnectivityAgent {
+        pod: pod.into(),
+        metrics: metrics.map(str::to_string).map_err(str::to_string),
+    }
+}
+
+#[test]
+fn konnectivity_agents_must_reach_every_server() {
+    let with_host = cpi(
+        json!({"spec": {"ingress": {"konnectivityHost": "konnectivity.wl.example.com", "port": 443},
+                                        "backend": {"konnectivityPort": 8132}}}),
+    );
+    // No konnectivity route, nothing to check.
+    let check = konnectivity(&cpi(json!({})), Ok(&[]));
+    assert_eq!(check.verdict, Verdict::Skip, "{}", check.detail);
+
+    let check = konnectivity(
+        &with_host,
+        Ok(&[agent("konnectivity-agent-a", Ok(AGENT_CONNECTED))]),
+    );
+    assert_eq!(check.verdict, Verdict::Pass, "{}", check.detail);
+    assert!(
+        check
+            .detail
+            .contains("every konnectivity server it knows of (1)"),
+        "{}",
+        check.detail
+    );
+
+    // One agent short of a server fails, naming it and the counts.
+    let check = konnectivity(
+        &with_host,
+        Ok(&[
+            agent("konnectivity-agent-a", Ok(AGENT_CONNECTED)),
+            agent("konnectivity-agent-b", Ok(AGENT_1_OF_2)),
+        ]),
+    );
+    assert_eq!(check.verdict, Verdict::Fail, "{}", check.detail);
+    assert!(
+        check.detail.contains("agent konnectivity-agent-b is connected to 1 of the 2 konnectivity servers")
+            && !check.detail.contains("konnectivity-agent-a")
+            && check.detail.contains("the route for konnectivity.wl.example.com does not lead to every konnectivity server replica"),
+        "{}",
+        check.detail
+    );
+
+    // The API server could not reach an agent: the tunnel itself is broken.
+    let check = konnectivity(
+        &with_host,
+        Ok(&[agent(
+            "konnectivity-agent-a",
+            Err("the server is currently unable to handle the request"),
+        )]),
+    );
+    assert_eq!(check.verdict, Verdict::Fail, "{}", check.detail);
+    assert!(
+        check
+            .detail
+            .contains("could not reach agent konnectivity-agent-a"),
+        "{}",
+        check.detail
+    );
+
+    // No agent at all: a warning naming the selector and the host to dial.
+    let check = konnectivity(&with_host, Ok(&[]));
+    assert_eq!(check.verdict, Verdict::Warn, "{}", check.detail);
+    assert!(
+        check.detail.contains(KONNECTIVITY_AGENT_SELECTOR)
+            && check.detail.contains("konnectivity.wl.example.com:443"),
+        "{}",
+        check.detail
+    );
+
+    // An agent without the gauges cannot be judged.
+    let check = konnectivity(&with_host, Ok(&[agent("other-agent", Ok("up 1\n"))]));
+    assert_eq!(check.verdict, Verdict::Warn, "{}", check.detail);
+
+    // The pods could not be listed.
+    let check = konnectivity(&with_host, Err("failed to list"));
+    assert_eq!(check.verdict, Verdict::Fail);
+}
+
+#[test]
+fn the_agents_metrics_port_is_its_health_port() {
+    let pod = |args: serde_json::Value| -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(json!({"metadata": {"name": "a"},
+            "spec": {"containers": [{"name": "agent", "command": ["/proxy-agent"], "args": args}]}}))
+        .unwrap()
+    };
+    assert_eq!(
+        konnectivity_agent_port(&pod(json!(["--logtostderr=true"]))),
+        8093
+    );
+    assert_eq!(
+        konnectivity_agent_port(&pod(json!(["--health-server-port=9093"]))),
+        9093
+    );
+    assert_eq!(
+        konnectivity_agent_port(&pod(json!(["--health-server-port", "9094"]))),
+        9094
+    );
 }
