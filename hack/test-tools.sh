@@ -42,6 +42,9 @@ management_and_the_rest() {
   step "Kubernetes $KUBE_VERSION_MANAGEMENT_MIN (management)" \
     env HCP_KUBE_VERSION="$KUBE_VERSION_MANAGEMENT_MIN" bash hack/kube/build.sh --management >/dev/null
   step "consumers: haproxy-ingress, k0smotron v1" bash hack/consumers/build.sh haproxy-ingress k0smotron >/dev/null
+  # The real konnectivity server and agent (and the agent's image) the
+  # node test runs through the shared ingress.
+  step "consumers: konnectivity" bash hack/consumers/build.sh konnectivity >/dev/null
   # The haproxytech controller needs HAProxy >= 2.8: Debian trixie's,
   # built from Debian's source package beside it (Debian 12's 2.6 stays).
   step "consumers: haproxytech, HAProxy 3.0" bash hack/consumers/haproxytech.sh --build-only >/dev/null

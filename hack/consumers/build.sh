@@ -13,6 +13,12 @@
 #     source at ../shared/k0smotron-v2.1.0 (the module proxy refuses its
 #     module path), with its CRDs, the control-plane provider's webhook
 #     configurations and its CRDs' conversion webhooks (bin/conversion/).
+#   konnectivity-<version>/bin/proxy-server and bin/proxy-agent, the
+#     konnectivity server a hosted control plane runs beside its API server
+#     and the agent each workload node runs (apiserver-network-proxy),
+#     and bin/proxy-agent.oci.tar, the agent as an image (the binary at
+#     /proxy-agent, packed by hack/ociimage: no Docker, no registry) named
+#     hcp-ingress.test/konnectivity-agent:<version>, for a real node to run.
 # A second run with the binaries present returns at once.
 #
 # Usage: hack/consumers/build.sh                      builds what is missing, prints the cache root
@@ -20,7 +26,7 @@
 #                                                     prints the bin directory of each
 #        hack/consumers/build.sh --print-bin-dir NAME prints the bin directory of one consumer
 #                                                     without building
-#        (NAME: traefik | haproxy-ingress | k0smotron | k0smotron-v2)
+#        (NAME: traefik | haproxy-ingress | k0smotron | k0smotron-v2 | konnectivity)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=versions.env
@@ -30,11 +36,13 @@ HAPROXY_INGRESS_VERSION="${HCP_HAPROXY_INGRESS_VERSION:-$HAPROXY_INGRESS_VERSION
 K0SMOTRON_VERSION="${HCP_K0SMOTRON_VERSION:-$K0SMOTRON_VERSION}"
 # k0smotron v2's source, read-only: it is copied before it is built.
 K0SMOTRON_V2_SOURCE="${HCP_K0SMOTRON_V2_SOURCE:-$here/../../../shared/k0smotron-$K0SMOTRON_V2_VERSION}"
+KONNECTIVITY_VERSION="${HCP_KONNECTIVITY_VERSION:-$KONNECTIVITY_VERSION}"
 root="${HCP_CONSUMERS_CACHE:-$HOME/.cache/hcp-ingress/consumers}"
 traefik_bin="$root/traefik-$TRAEFIK_VERSION/bin"
 haproxy_ingress_bin="$root/haproxy-ingress-$HAPROXY_INGRESS_VERSION/bin"
 k0smotron_bin="$root/k0smotron-$K0SMOTRON_VERSION/bin"
 k0smotron_v2_bin="$root/k0smotron-$K0SMOTRON_V2_VERSION/bin"
+konnectivity_bin="$root/konnectivity-$KONNECTIVITY_VERSION/bin"
 
 if [[ "${1:-}" == "--print-bin-dir" ]]; then
   case "${2:-}" in
@@ -42,7 +50,8 @@ if [[ "${1:-}" == "--print-bin-dir" ]]; then
     haproxy-ingress) echo "$haproxy_ingress_bin" ;;
     k0smotron) echo "$k0smotron_bin" ;;
     k0smotron-v2) echo "$k0smotron_v2_bin" ;;
-    *) echo "usage: $0 --print-bin-dir traefik|haproxy-ingress|k0smotron|k0smotron-v2" >&2; exit 2 ;;
+    konnectivity) echo "$konnectivity_bin" ;;
+    *) echo "usage: $0 --print-bin-dir traefik|haproxy-ingress|k0smotron|k0smotron-v2|konnectivity" >&2; exit 2 ;;
   esac
   exit 0
 fi
@@ -213,13 +222,47 @@ build_k0smotron_v2() {
   chmod -R u+w "$out/crds" "$out/webhook" "$out/conversion"
 }
 
+# apiserver-network-proxy is built as its own main module, from a copy of
+# its module zip, for its pins. Its go.mod replaces the konnectivity-client
+# module by its nested directory, which the zip leaves out (a zip never
+# holds a nested module): the replace is dropped and the client of the same
+# release comes from the module proxy.
+build_konnectivity() {
+  [[ -x "$konnectivity_bin/proxy-server" && -s "$konnectivity_bin/proxy-agent.oci.tar" ]] && return
+  need_go
+  local dir="$root/konnectivity-$KONNECTIVITY_VERSION/src" zip
+  mkdir -p "$konnectivity_bin"
+  zip="$(cd / && go mod download -json "sigs.k8s.io/apiserver-network-proxy@$KONNECTIVITY_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
+  [[ -d "$zip" ]] || { log "sigs.k8s.io/apiserver-network-proxy@$KONNECTIVITY_VERSION is not on the module proxy"; exit 1; }
+  rm -rf "$dir" && cp -r "$zip" "$dir" && chmod -R u+w "$dir"
+  (cd "$dir" && go mod edit -dropreplace sigs.k8s.io/apiserver-network-proxy/konnectivity-client \
+    -require "sigs.k8s.io/apiserver-network-proxy/konnectivity-client@$KONNECTIVITY_VERSION")
+  local cmd
+  for cmd in server agent; do
+    [[ -x "$konnectivity_bin/proxy-$cmd" ]] && continue
+    log "building konnectivity $KONNECTIVITY_VERSION proxy-$cmd"
+    (cd "$dir" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$konnectivity_bin/proxy-$cmd.tmp" "./cmd/$cmd") \
+      && mv "$konnectivity_bin/proxy-$cmd.tmp" "$konnectivity_bin/proxy-$cmd"
+  done
+  # As the upstream image runs it: a non-root user, the binary alone.
+  local tool work; tool="$(bash "$here/../install-tool.sh" ociimage)"; work="$(mktemp -d)"
+  "$tool" -out "$work/layout" -name "hcp-ingress.test/konnectivity-agent:$KONNECTIVITY_VERSION" \
+    -created 0 -os linux -arch amd64 -created-by hack/consumers/build.sh \
+    -entry "file /proxy-agent 0755 0:0 $konnectivity_bin/proxy-agent" \
+    -user 65532:65532 -entrypoint /proxy-agent >/dev/null
+  tar --create --file "$konnectivity_bin/proxy-agent.oci.tar.tmp" --directory "$work/layout" --sort=name \
+    --owner=0 --group=0 --numeric-owner oci-layout index.json blobs
+  rm -rf "$work"
+  mv "$konnectivity_bin/proxy-agent.oci.tar.tmp" "$konnectivity_bin/proxy-agent.oci.tar"
+}
+
 # One consumer alone (the local run needs haproxy-ingress only: Traefik and
 # k0smotron take minutes each to build).
 if [[ $# -gt 0 ]]; then
   for name in "$@"; do
     case "$name" in
-      traefik | haproxy-ingress | k0smotron | k0smotron-v2) ;;
-      *) echo "usage: $0 [traefik|haproxy-ingress|k0smotron|k0smotron-v2 ...]" >&2; exit 2 ;;
+      traefik | haproxy-ingress | k0smotron | k0smotron-v2 | konnectivity) ;;
+      *) echo "usage: $0 [traefik|haproxy-ingress|k0smotron|k0smotron-v2|konnectivity ...]" >&2; exit 2 ;;
     esac
   done
   for name in "$@"; do
@@ -228,6 +271,7 @@ if [[ $# -gt 0 ]]; then
       haproxy-ingress) build_haproxy_ingress; echo "$haproxy_ingress_bin" ;;
       k0smotron) build_k0smotron; echo "$k0smotron_bin" ;;
       k0smotron-v2) build_k0smotron_v2; echo "$k0smotron_v2_bin" ;;
+      konnectivity) build_konnectivity; echo "$konnectivity_bin" ;;
     esac
   done
   exit 0
@@ -237,4 +281,5 @@ build_haproxy_ingress
 build_traefik
 build_k0smotron
 build_k0smotron_v2
+build_konnectivity
 echo "$root"

@@ -13,6 +13,9 @@
 #                    by hack/ociimage: every pod's sandbox runs it.
 #   apicall.oci.tar  the tests' in-cluster client (hack/node/apicall, the
 #                    standard library only), static, as APICALL_IMAGE.
+#   userpod.oci.tar  what the konnectivity test's user reaches with kubectl
+#                    logs, exec and port-forward (hack/node/userpod, the
+#                    standard library only), static, as USERPOD_IMAGE.
 # runc and the CNI plugins come from Debian (hack/install-test-deps.sh).
 # A second run with everything present returns at once.
 #
@@ -30,7 +33,7 @@ cache="${HCP_NODE_CACHE:-$HOME/.cache/hcp-ingress/node}/$KUBE_VERSION-containerd
 bin="$cache/bin"
 if [[ "${1:-}" == "--print-bin-dir" ]]; then echo "$bin"; exit 0; fi
 
-want=(kubelet containerd ctr containerd-shim-runc-v2 pause pause.oci.tar apicall.oci.tar)
+want=(kubelet containerd ctr containerd-shim-runc-v2 pause pause.oci.tar apicall.oci.tar userpod.oci.tar)
 missing=0
 for b in "${want[@]}"; do [[ -x "$bin/$b" ]] || missing=1; done
 if [[ $missing == 0 ]]; then echo "$bin"; exit 0; fi
@@ -39,6 +42,7 @@ command -v go >/dev/null || { echo "hack/node/build.sh: go is not installed" >&2
 mkdir -p "$bin"
 # The tests' client image: not pulled from anywhere, imported.
 APICALL_IMAGE=hcp-ingress.test/apicall:v1
+USERPOD_IMAGE=hcp-ingress.test/userpod:v1
 export GOSUMDB="${GOSUMDB:-off}" GOFLAGS="-mod=mod" GOTOOLCHAIN=local
 log() { echo "hack/node/build.sh: $*" >&2; }
 
@@ -103,11 +107,20 @@ build_apicall() {
     && mv "$bin/apicall.tmp" "$bin/apicall"
 }
 
+build_userpod() {
+  [[ -x "$bin/userpod" ]] && return
+  log "building userpod"
+  (cd "$here/userpod" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/userpod.tmp" .) \
+    && mv "$bin/userpod.tmp" "$bin/userpod"
+}
+
 build_kubelet
 build_containerd
 build_pause
 build_apicall
+build_userpod
 # As the upstream pause image: the binary at /pause, run as 65535.
 pack "$bin/pause.oci.tar" "$PAUSE_IMAGE" "$bin/pause" 65535:65535
 pack "$bin/apicall.oci.tar" "$APICALL_IMAGE" "$bin/apicall" 65532:65532
+pack "$bin/userpod.oci.tar" "$USERPOD_IMAGE" "$bin/userpod" 65532:65532
 echo "$bin"

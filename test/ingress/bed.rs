@@ -256,7 +256,7 @@ impl Bed {
     /// Start the bed; `extra_crds` are the consumer's own CRD files (the
     /// kinds it watches beyond those hcp-ingress reads).
     pub async fn start(extra_crds: &[PathBuf]) -> Bed {
-        Bed::start_inner(extra_crds, false, false).await
+        Bed::start_inner(extra_crds, false, false, Vec::new()).await
     }
 
     /// Start the bed with a tenant that real kubelets join (test/realnode):
@@ -264,9 +264,11 @@ impl Bed {
     /// EndpointSlices) and kube-scheduler run, the Node authorizer is on, and
     /// it writes no endpoints of its own for `default/kubernetes`
     /// (`--endpoint-reconciler-type=none`, as hosted control planes run it):
-    /// the steering is the controller's alone.
-    pub async fn start_for_nodes() -> Bed {
-        Bed::start_inner(&[], false, true).await
+    /// the steering is the controller's alone. `apiserver_args` are more
+    /// flags for the tenant's kube-apiserver (its egress through a
+    /// konnectivity server).
+    pub async fn start_for_nodes(apiserver_args: Vec<String>) -> Bed {
+        Bed::start_inner(&[], false, true, apiserver_args).await
     }
 
     /// Start the bed with `own_crds` in place of the files of
@@ -274,10 +276,15 @@ impl Bed {
     /// a kind hcp-ingress reads (k0smotron v1.10.9 serves v1beta1 only where
     /// the shared schemas are v2's).
     pub async fn start_with_own_crds(own_crds: &[PathBuf]) -> Bed {
-        Bed::start_inner(own_crds, true, false).await
+        Bed::start_inner(own_crds, true, false, Vec::new()).await
     }
 
-    async fn start_inner(extra_crds: &[PathBuf], replace_shared: bool, nodes: bool) -> Bed {
+    async fn start_inner(
+        extra_crds: &[PathBuf],
+        replace_shared: bool,
+        nodes: bool,
+        apiserver_args: Vec<String>,
+    ) -> Bed {
         let slot = SLOTS.acquire().await.unwrap();
         let dir = Scratch(Some(
             tempfile::Builder::new()
@@ -302,6 +309,7 @@ impl Bed {
                 scheduler: nodes,
                 real_nodes: nodes,
                 endpoint_reconciler: if nodes { "none" } else { "lease" }.into(),
+                apiserver_args,
                 ..realkube::Options::default()
             })
         );

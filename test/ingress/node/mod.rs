@@ -36,6 +36,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Mutex, MutexGuard};
 
 mod checks;
+mod konnectivity;
 mod tests;
 
 use crate::{
@@ -104,8 +105,19 @@ impl NodeBed {
         taints: &[&str],
         proxy: Value,
     ) -> NodeBed {
+        NodeBed::start_with(proxy_mode, cni, taints, proxy, Vec::new()).await
+    }
+
+    /// [`NodeBed::start`] with more flags for the tenant's kube-apiserver.
+    async fn start_with(
+        proxy_mode: realnode::ProxyMode,
+        cni: bool,
+        taints: &[&str],
+        proxy: Value,
+        apiserver_args: Vec<String>,
+    ) -> NodeBed {
         let one = ONE_NODE.lock().await;
-        let bed = Bed::start_for_nodes().await;
+        let bed = Bed::start_for_nodes(apiserver_args).await;
         let https = realkube::free_port();
         let options = realnode::Options {
             name: WORKER.into(),

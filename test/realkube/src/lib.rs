@@ -116,6 +116,10 @@ pub struct Options {
     /// for a dual-stack cluster; the first one's family is the family of the
     /// `kubernetes` Service (`10.96.0.0/12`: IPv4).
     pub service_cidr: String,
+    /// More kube-apiserver flags, after the others (an
+    /// `--egress-selector-config-file` that sends the traffic to nodes
+    /// through a konnectivity server, say).
+    pub apiserver_args: Vec<String>,
 }
 
 impl Default for Options {
@@ -133,6 +137,7 @@ impl Default for Options {
             advertise_address: "192.0.2.10".into(),
             extra_sans: Vec::new(),
             service_cidr: "10.96.0.0/12".into(),
+            apiserver_args: Vec::new(),
         }
     }
 }
@@ -322,42 +327,62 @@ impl Cluster {
         } else {
             "RBAC"
         };
+        let mut extra = Vec::new();
+        if opts.real_nodes {
+            // What the API server presents to kubelets (logs, exec,
+            // port-forward), as kubeadm's apiserver-kubelet-client: the
+            // kubelets of test/realnode authenticate clients by the cluster
+            // CA.
+            write(&path("kubelet-client.crt"), &pki.kubelet_client_cert_pem)?;
+            write(&path("kubelet-client.key"), &pki.kubelet_client_key_pem)?;
+            extra.push(format!(
+                "--kubelet-client-certificate={}",
+                path("kubelet-client.crt").display()
+            ));
+            extra.push(format!(
+                "--kubelet-client-key={}",
+                path("kubelet-client.key").display()
+            ));
+        }
+        extra.extend(opts.apiserver_args.iter().cloned());
+        let mut apiserver_args = vec![
+            format!("--etcd-servers={etcd_url}"),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            format!("--advertise-address={}", opts.advertise_address),
+            format!("--tls-cert-file={}", path("apiserver.crt").display()),
+            format!("--tls-private-key-file={}", path("apiserver.key").display()),
+            format!("--client-ca-file={}", path("ca.crt").display()),
+            format!("--token-auth-file={}", path("tokens.csv").display()),
+            format!("--authorization-mode={authorization}"),
+            "--anonymous-auth=false".into(),
+            "--service-account-issuer=https://kubernetes.default.svc".into(),
+            format!("--service-account-key-file={}", path("sa.pub").display()),
+            format!(
+                "--service-account-signing-key-file={}",
+                path("sa.key").display()
+            ),
+            format!("--service-cluster-ip-range={}", opts.service_cidr),
+            format!("--endpoint-reconciler-type={}", opts.endpoint_reconciler),
+            format!("--enable-admission-plugins={}", plugins.join(",")),
+            "--allow-privileged=true".into(),
+            format!(
+                "--audit-policy-file={}",
+                path("audit-policy.yaml").display()
+            ),
+            format!("--audit-log-path={}", audit_path.display()),
+            "--audit-log-format=json".into(),
+            "--audit-log-mode=blocking".into(),
+            "--profiling=false".into(),
+            "--enable-priority-and-fairness=false".into(),
+            format!("--cert-dir={}", path("certs").display()),
+            "--v=0".into(),
+        ];
+        apiserver_args.extend(extra);
         processes.push(Supervised::spawn(
             "kube-apiserver",
             &apiserver_bin,
-            &[
-                format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={port}"),
-                format!("--advertise-address={}", opts.advertise_address),
-                format!("--tls-cert-file={}", path("apiserver.crt").display()),
-                format!("--tls-private-key-file={}", path("apiserver.key").display()),
-                format!("--client-ca-file={}", path("ca.crt").display()),
-                format!("--token-auth-file={}", path("tokens.csv").display()),
-                format!("--authorization-mode={authorization}"),
-                "--anonymous-auth=false".into(),
-                "--service-account-issuer=https://kubernetes.default.svc".into(),
-                format!("--service-account-key-file={}", path("sa.pub").display()),
-                format!(
-                    "--service-account-signing-key-file={}",
-                    path("sa.key").display()
-                ),
-                format!("--service-cluster-ip-range={}", opts.service_cidr),
-                format!("--endpoint-reconciler-type={}", opts.endpoint_reconciler),
-                format!("--enable-admission-plugins={}", plugins.join(",")),
-                "--allow-privileged=true".into(),
-                format!(
-                    "--audit-policy-file={}",
-                    path("audit-policy.yaml").display()
-                ),
-                format!("--audit-log-path={}", audit_path.display()),
-                "--audit-log-format=json".into(),
-                "--audit-log-mode=blocking".into(),
-                "--profiling=false".into(),
-                "--enable-priority-and-fairness=false".into(),
-                format!("--cert-dir={}", path("certs").display()),
-                "--v=0".into(),
-            ],
+            &apiserver_args,
             dir.path(),
         )?);
 

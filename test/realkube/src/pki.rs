@@ -12,6 +12,10 @@ pub struct Pki {
     pub service_account_key_pem: String,
     pub service_account_public_pem: String,
     pub admin_token: String,
+    /// The API server's client certificate for kubelets (CN
+    /// `kube-apiserver-kubelet-client`, O `system:masters`, as kubeadm's).
+    pub kubelet_client_cert_pem: String,
+    pub kubelet_client_key_pem: String,
 }
 
 pub fn generate(extra_sans: &[String]) -> Result<Pki, rcgen::Error> {
@@ -37,6 +41,17 @@ pub fn generate(extra_sans: &[String]) -> Result<Pki, rcgen::Error> {
     serving.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
     let serving_cert = serving.signed_by(&serving_key, &issuer)?;
 
+    let kubelet_client_key = KeyPair::generate()?;
+    let mut kubelet_client = CertificateParams::new(Vec::<String>::new())?;
+    kubelet_client
+        .distinguished_name
+        .push(DnType::CommonName, "kube-apiserver-kubelet-client");
+    kubelet_client
+        .distinguished_name
+        .push(DnType::OrganizationName, "system:masters");
+    kubelet_client.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let kubelet_client_cert = kubelet_client.signed_by(&kubelet_client_key, &issuer)?;
+
     let service_account_key = KeyPair::generate()?;
     // 32 random bytes from a fresh key's DER are as good a token as any here.
     let token: String = KeyPair::generate()?
@@ -54,5 +69,7 @@ pub fn generate(extra_sans: &[String]) -> Result<Pki, rcgen::Error> {
         service_account_key_pem: service_account_key.serialize_pem(),
         service_account_public_pem: service_account_key.public_key_pem(),
         admin_token: token,
+        kubelet_client_cert_pem: kubelet_client_cert.pem(),
+        kubelet_client_key_pem: kubelet_client_key.serialize_pem(),
     })
 }

@@ -1,0 +1,3 @@
+module hcp-ingress.dev/userpod
+
+go 1.26

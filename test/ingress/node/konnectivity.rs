@@ -1,0 +1,782 @@
+//! The real konnectivity server and agent through the shared ingress: what
+//! every `kubectl logs`, `exec` and `port-forward` of a hosted control
+//! plane travels.
+//!
+//! ```text
+//!  kubectl ──ingress (apiHost)──→ kube-apiserver ─UDS (egress selector, GRPC)─→ proxy-server 0
+//!                                                                                     │ the agent's
+//!  node: proxy-agent pod ──dials konnectivityHost:443──→ ingress ──SNI──→ proxy-server 0 / 1
+//!        └──→ kubelet (the node's address) ──→ the pod
+//! ```
+//!
+//! Two proxy-server processes with `--server-count=2` sit behind the one
+//! konnectivity Service the controller's route points at, each on its own
+//! address; the agent (the upstream binary as a DaemonSet's pod on the real
+//! node, its image assembled by hack/consumers/build.sh) dials
+//! `konnectivityHost` through the load-balancing ingress until it holds a
+//! connection to every server id: an agent that reaches only one replica
+//! is what breaks `kubectl logs` for half of the requests in the field
+//! ("expected one server ID in the context"). The agent authenticates with
+//! its projected ServiceAccount token (audience
+//! `system:konnectivity-server`), which each server reviews against the
+//! tenant's API server, as k0smotron and Kamaji run it.
+//!
+//! The pod a user reaches is `hack/node/userpod` (no shell in the image:
+//! every command is that binary).
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::{Ipv4Addr, SocketAddr, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::{core::v1::Pod, discovery::v1::EndpointSlice};
+use kube::api::{Api, Patch, PatchParams};
+use rcgen::{CertificateParams, DnType, Issuer, KeyPair};
+use realnode::ProxyMode;
+use serde_json::json;
+
+use super::{NodeBed, node_ready, pod_ready};
+use crate::{
+    bed::{API_HOST, API_PORT, CLUSTER, KONNECTIVITY_HOST, KONNECTIVITY_PORT, NS, apply, ready},
+    consumers::{Process, bin_dir},
+};
+
+/// The servers behind the konnectivity Service, each with `--server-count`
+/// this many.
+const SERVERS: u8 = 2;
+/// Each server's metrics port (`--admin-port`), and the agent's admin port.
+const ADMIN_PORT: u16 = 8133;
+/// Each server's health port, and the agent's (where it serves its
+/// metrics).
+const HEALTH_PORT: u16 = 8134;
+/// Where the agent's ServiceAccount lives, as the servers expect it.
+const AGENT_NAMESPACE: &str = "kube-system";
+const AGENT_ACCOUNT: &str = "konnectivity-agent";
+/// The audience of the agent's projected token, which the servers review.
+const AUDIENCE: &str = "system:konnectivity-server";
+/// The user's pod image (hack/node/build.sh).
+const USERPOD_IMAGE: &str = "hcp-ingress.test/userpod:v1";
+/// The user's pod, and the port it echoes on.
+const TALKER: &str = "talker";
+const ECHO_PORT: &str = "8080";
+/// How long each stream stays silent: longer than the idle timeouts a
+/// proxy on the way might have (haproxy's `timeout tunnel`, gRPC
+/// keepalives, the kubelet's streaming idle timeout).
+const SILENCE: Duration = Duration::from_secs(150);
+/// What the pod prints once the silence is over.
+const LAST_LINE: &str = "after-the-silence";
+
+/// The apiserver-network-proxy release hack/consumers/build.sh builds.
+fn version() -> String {
+    if let Ok(v) = std::env::var("HCP_KONNECTIVITY_VERSION")
+        && !v.is_empty()
+    {
+        return v;
+    }
+    let path = crate::bed::repo().join("hack/consumers/versions.env");
+    let text = std::fs::read_to_string(&path).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("KONNECTIVITY_VERSION="))
+        .unwrap_or_else(|| panic!("KONNECTIVITY_VERSION in {}", path.display()))
+        .to_string()
+}
+
+fn agent_image() -> String {
+    format!("hcp-ingress.test/konnectivity-agent:{}", version())
+}
+
+/// One proxy-server process: its flags, so it restarts as it ran.
+struct Server {
+    id: String,
+    address: Ipv4Addr,
+    args: Vec<String>,
+    dir: PathBuf,
+    starts: u32,
+    process: Option<Process>,
+}
+
+impl Server {
+    fn start(&mut self) {
+        let bin = bin_dir("konnectivity").join("proxy-server");
+        self.starts += 1;
+        let log = self.dir.join(format!("{}.{}.log", self.id, self.starts));
+        self.process = Some(Process::spawn(&bin, &self.args, &self.dir, log));
+    }
+
+    fn stop(&mut self) {
+        self.process = None;
+    }
+
+    /// The server's metrics, from its admin port.
+    fn metrics(&self) -> Option<String> {
+        http_get(SocketAddr::from((self.address, ADMIN_PORT)), "/metrics")
+    }
+
+    /// Agents this server holds a ready connection of.
+    fn agents(&self) -> Option<f64> {
+        metric(
+            &self.metrics()?,
+            "konnectivity_network_proxy_server_ready_backend_connections",
+        )
+    }
+
+    fn tail(&self) -> String {
+        self.process
+            .as_ref()
+            .map(Process::tail)
+            .unwrap_or_else(|| "(stopped)".into())
+    }
+}
+
+/// A plain HTTP/1.0 GET (the servers' metrics are plain HTTP); the body.
+fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200")
+        .then(|| body.to_string())
+        .or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_string()))
+}
+
+/// The sum of every series of `name` in a Prometheus text exposition.
+fn metric(text: &str, name: &str) -> Option<f64> {
+    let values: Vec<f64> = text
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
+/// A serving certificate of the tenant's CA for `KONNECTIVITY_HOST`: what
+/// the agent verifies (SNI and name both come from `--proxy-server-host`).
+fn server_cert(ca_pem: &str, ca_key_pem: &str, dir: &Path) -> (PathBuf, PathBuf) {
+    let ca_key = KeyPair::from_pem(ca_key_pem).unwrap();
+    let issuer = Issuer::from_ca_cert_pem(ca_pem, ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(vec![KONNECTIVITY_HOST.to_string()]).unwrap();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "konnectivity-server");
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    let (crt, pem) = (dir.join("cluster.crt"), dir.join("cluster.key"));
+    std::fs::write(&crt, cert.pem()).unwrap();
+    std::fs::write(&pem, key.serialize_pem()).unwrap();
+    (crt, pem)
+}
+
+/// The bed with the servers and the agent; everything the failures print.
+struct Konn {
+    nb: NodeBed,
+    servers: Vec<Server>,
+    kubeconfig: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Konn {
+    /// Fails with the servers', the agent's, the kubelet's and the API
+    /// server's logs.
+    fn fail(&self, what: &str) -> ! {
+        let mut text = format!("{what}\n");
+        for server in &self.servers {
+            text.push_str(&format!(
+                "--- {} ({}), agents: {:?}\n{}\n",
+                server.id,
+                server.address,
+                server.agents(),
+                server.tail()
+            ));
+        }
+        text.push_str(&format!(
+            "--- the agent's log\n{}\n--- kube-apiserver (tenant)\n{}\n",
+            tail(&self.agent_log(), 60),
+            self.nb.bed.tenant.log_tail("kube-apiserver", 40)
+        ));
+        self.nb.fail(&text)
+    }
+
+    fn agent_log(&self) -> String {
+        let pods = self.nb.exec_node(&[
+            "sh",
+            "-c",
+            "ls /var/log/pods | grep ^kube-system_konnectivity-agent-",
+        ]);
+        pods.lines()
+            .map(|dir| {
+                let pod = dir
+                    .trim_start_matches("kube-system_")
+                    .rsplit_once('_')
+                    .map(|(name, _)| name)
+                    .unwrap_or(dir);
+                self.nb
+                    .node
+                    .pod_log(AGENT_NAMESPACE, pod, "konnectivity-agent")
+            })
+            .collect()
+    }
+
+    /// The agent's metrics: its health port (its admin port redirects
+    /// `/metrics` there), from the node.
+    async fn agent_metrics(&self) -> Option<String> {
+        let pods: Api<Pod> = Api::namespaced(self.nb.workload.clone(), AGENT_NAMESPACE);
+        let list = pods
+            .list(&kube::api::ListParams::default().labels("app=konnectivity-agent"))
+            .await
+            .ok()?;
+        let ip = list.items.first()?.status.as_ref()?.pod_ip.clone()?;
+        let out = self.nb.exec_node(&[
+            "curl",
+            "-sf",
+            "--max-time",
+            "5",
+            &format!("http://{ip}:{HEALTH_PORT}/metrics"),
+        ]);
+        (!out.is_empty()).then_some(out)
+    }
+
+    /// Waits until the agent holds a connection to every server, as both
+    /// sides count it; (the agent's count, each server's).
+    async fn connected_to_all(&self, what: &str) -> (f64, Vec<f64>) {
+        let deadline = Instant::now() + super::WITHIN;
+        loop {
+            let agent = self.agent_metrics().await.and_then(|m| {
+                metric(
+                    &m,
+                    "konnectivity_network_proxy_agent_open_server_connections",
+                )
+            });
+            let servers: Vec<Option<f64>> = self.servers.iter().map(Server::agents).collect();
+            if agent == Some(f64::from(SERVERS)) && servers.iter().all(|s| *s == Some(1.0)) {
+                return (agent.unwrap(), servers.into_iter().flatten().collect());
+            }
+            if Instant::now() > deadline {
+                let missing: Vec<&str> = self
+                    .servers
+                    .iter()
+                    .zip(&servers)
+                    .filter(|(_, n)| **n != Some(1.0))
+                    .map(|(s, _)| s.id.as_str())
+                    .collect();
+                self.fail(&format!(
+                    "{what}: the agent never reached {missing:?} (the agent's open server connections {agent:?}, None: its metrics unread; each server's agents {servers:?})"
+                ));
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    /// `kubectl` against the tenant, from outside: through the shared
+    /// ingress by `apiHost`, as the tenant's admin. For the streams the
+    /// test ends itself (`logs -f`, `port-forward`): a `timeout` around
+    /// them would leave kubectl, and the pipes it holds, behind.
+    fn kubectl_stream(&self, args: &[&str]) -> Command {
+        let mut command = Command::new("kubectl");
+        command
+            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .args(args)
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// [`Konn::kubectl_stream`] for a call that ends by itself, bounded.
+    fn kubectl(&self, args: &[&str]) -> Command {
+        let mut command = Command::new("timeout");
+        command
+            .args(["--kill-after=5", "300", "kubectl"])
+            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .args(args)
+            .stdin(Stdio::null());
+        command
+    }
+
+    fn kubectl_ok(&self, what: &str, args: &[&str]) -> String {
+        let out = self.kubectl(args).output().unwrap();
+        if !out.status.success() {
+            self.fail(&format!("{what}: kubectl {args:?}: {}", describe(&out)));
+        }
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// One `kubectl logs` and one `kubectl exec` of the user's pod.
+    fn logs_and_exec(&self, what: &str, n: usize) {
+        let logs = self.kubectl_ok(&format!("{what}: kubectl logs #{n}"), &["logs", TALKER]);
+        if !logs.lines().any(|l| l == "started") {
+            self.fail(&format!("{what}: kubectl logs #{n} printed {logs:?}"));
+        }
+        let word = format!("exec-{n}");
+        let out = self.kubectl_ok(
+            &format!("{what}: kubectl exec #{n}"),
+            &["exec", TALKER, "--", "/userpod", "sleep", "0", &word],
+        );
+        if out.trim() != word {
+            self.fail(&format!("{what}: kubectl exec #{n} printed {out:?}"));
+        }
+    }
+}
+
+fn describe(out: &Output) -> String {
+    format!(
+        "{}; stdout {:?}; stderr {:?}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+impl NodeBed {
+    /// The output of `args` in the node's namespaces ("" when it fails).
+    fn exec_node(&self, args: &[&str]) -> String {
+        self.node
+            .exec(args)
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    }
+}
+
+/// `kubectl logs -f`: the time from the first line to `LAST_LINE`.
+fn follow_logs(mut child: Child) -> Result<Duration, String> {
+    let stdout = child.stdout.take().unwrap();
+    let mut first = None;
+    let mut seen = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let Ok(line) = line else { break };
+        let now = Instant::now();
+        first.get_or_insert(now);
+        seen.push(line.clone());
+        if line == LAST_LINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(now - first.unwrap());
+        }
+    }
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    Err(format!(
+        "kubectl logs -f ended before {LAST_LINE:?}: lines {seen:?}; {}",
+        describe(&out)
+    ))
+}
+
+/// `kubectl exec` of a command silent for `SILENCE`: its elapsed time.
+fn silent_exec(mut command: Command) -> Result<Duration, String> {
+    let started = Instant::now();
+    let out = command.output().map_err(|e| e.to_string())?;
+    let elapsed = started.elapsed();
+    if !out.status.success() || String::from_utf8_lossy(&out.stdout).trim() != "done" {
+        return Err(format!("after {elapsed:?}: {}", describe(&out)));
+    }
+    Ok(elapsed)
+}
+
+/// `kubectl port-forward` to the pod's echo port: one exchange, `SILENCE`
+/// of nothing on the connection, another exchange.
+fn silent_port_forward(mut child: Child) -> Result<Duration, String> {
+    let result = (|| -> Result<Duration, String> {
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).map_err(|e| e.to_string())?;
+        // "Forwarding from 127.0.0.1:PORT -> 8080"
+        let port = line
+            .split_whitespace()
+            .nth(2)
+            .and_then(|a| a.rsplit(':').next())
+            .and_then(|p| p.parse::<u16>().ok())
+            .ok_or_else(|| format!("kubectl port-forward printed {line:?}"))?;
+        let mut conn = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        conn.set_read_timeout(Some(Duration::from_secs(30)))
+            .map_err(|e| e.to_string())?;
+        let mut exchange = |word: &str| -> Result<(), String> {
+            conn.write_all(word.as_bytes())
+                .map_err(|e| format!("writing {word:?}: {e}"))?;
+            let mut back = vec![0; word.len()];
+            conn.read_exact(&mut back)
+                .map_err(|e| format!("reading back {word:?}: {e}"))?;
+            (back == word.as_bytes()).then_some(()).ok_or_else(|| {
+                format!("{word:?} came back as {:?}", String::from_utf8_lossy(&back))
+            })
+        };
+        exchange("before\n")?;
+        let started = Instant::now();
+        std::thread::sleep(SILENCE);
+        exchange("after\n")?;
+        Ok(started.elapsed())
+    })();
+    let _ = child.kill();
+    let out = child.wait_with_output().ok();
+    result.map_err(|e| {
+        format!(
+            "{e}; kubectl port-forward: {}",
+            out.as_ref().map(describe).unwrap_or_default()
+        )
+    })
+}
+
+/// The agent on the real node reaches both konnectivity servers through the
+/// shared ingress, and what a user runs through them works: `kubectl logs
+/// -f`, `kubectl exec` (WebSocket and SPDY) and `kubectl port-forward`
+/// streams silent for 150 s, 20 logs and execs in a row, and all of it
+/// again after the server the API server uses restarts and the agent
+/// comes back to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn konnectivity_agent_on_a_real_node_reaches_both_servers_through_the_ingress() {
+    let konnectivity = bin_dir("konnectivity");
+    let node_bin = realnode::bin_dir();
+    if !node_ready()
+        || !ready(
+            &["curl", "timeout"],
+            &[
+                (
+                    konnectivity.join("proxy-server"),
+                    "bash hack/consumers/build.sh konnectivity",
+                ),
+                (
+                    konnectivity.join("proxy-agent.oci.tar"),
+                    "bash hack/consumers/build.sh konnectivity",
+                ),
+                (node_bin.join("userpod.oci.tar"), "bash hack/node/build.sh"),
+            ],
+        )
+    {
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("hcp-konn-")
+        .tempdir()
+        .unwrap();
+    // The API server sends `cluster` egress (nodes, pods: logs, exec,
+    // port-forward) to server 0's socket, as k0smotron and Kamaji
+    // configure it; one API server dials one socket.
+    let uds = |i: u8| dir.path().join(format!("server-{i}.sock"));
+    let egress = dir.path().join("egress-selector.yaml");
+    std::fs::write(
+        &egress,
+        json!({
+            "apiVersion": "apiserver.k8s.io/v1beta1",
+            "kind": "EgressSelectorConfiguration",
+            "egressSelections": [{"name": "cluster", "connection": {
+                "proxyProtocol": "GRPC",
+                "transport": {"uds": {"udsName": uds(0)}}}}]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let nb = NodeBed::start_with(
+        ProxyMode::Iptables,
+        true,
+        &[],
+        json!({"steering": "advertise-address", "mode": "reencrypt"}),
+        vec![
+            format!("--egress-selector-config-file={}", egress.display()),
+            // The agent dials what the API server names; the Node's
+            // hostname resolves nowhere but on the node, as in a hosted
+            // control plane (Kamaji and k0smotron set the same).
+            "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname".into(),
+        ],
+    )
+    .await;
+    for image in [
+        konnectivity.join("proxy-agent.oci.tar"),
+        node_bin.join("userpod.oci.tar"),
+    ] {
+        tokio::task::block_in_place(|| nb.node.import_image(&image))
+            .unwrap_or_else(|e| nb.fail(&format!("importing {}: {e}", image.display())));
+    }
+
+    // The servers, each on its own address of the host (the ingress dials
+    // them; kube-apiserver refuses loopback endpoints), both behind the
+    // konnectivity port of the tenant's Service.
+    let (cert, key) = server_cert(
+        nb.bed.tenant.ca_pem(),
+        nb.bed.tenant.ca_key_pem(),
+        dir.path(),
+    );
+    let kubeconfig = nb.bed.tenant.dir().join("admin.kubeconfig");
+    let mut servers = Vec::new();
+    for i in 0..SERVERS {
+        let address = nb
+            .node
+            .add_host_address(4 + i)
+            .unwrap_or_else(|e| nb.fail(&format!("an address for server {i}: {e}")));
+        let id = format!("server-{i}");
+        let args = vec![
+            "--mode=grpc".into(),
+            format!("--uds-name={}", uds(i).display()),
+            "--delete-existing-uds-file".into(),
+            "--server-port=0".into(),
+            format!("--cluster-cert={}", cert.display()),
+            format!("--cluster-key={}", key.display()),
+            format!("--agent-port={KONNECTIVITY_PORT}"),
+            format!("--agent-bind-address={address}"),
+            format!("--admin-port={ADMIN_PORT}"),
+            format!("--admin-bind-address={address}"),
+            format!("--health-port={HEALTH_PORT}"),
+            format!("--health-bind-address={address}"),
+            format!("--server-id={id}"),
+            format!("--server-count={SERVERS}"),
+            format!("--kubeconfig={}", kubeconfig.display()),
+            format!("--authentication-audience={AUDIENCE}"),
+            format!("--agent-namespace={AGENT_NAMESPACE}"),
+            format!("--agent-service-account={AGENT_ACCOUNT}"),
+            "--v=2".into(),
+        ];
+        let mut server = Server {
+            id,
+            address,
+            args,
+            dir: dir.path().to_path_buf(),
+            starts: 0,
+            process: None,
+        };
+        server.start();
+        servers.push(server);
+    }
+    // What a control plane provider writes: the konnectivity port's
+    // endpoints are the servers (the bed's slice keeps the API port).
+    let slices: Api<EndpointSlice> = Api::namespaced(nb.bed.client.clone(), NS);
+    slices
+        .patch(
+            &format!("{CLUSTER}-backends"),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"ports": [{"name": "api", "port": API_PORT, "protocol": "TCP"}]})),
+        )
+        .await
+        .unwrap();
+    let endpoints: Vec<_> = servers
+        .iter()
+        .map(|s| {
+            json!({"addresses": [s.address.to_string()],
+                        "conditions": {"ready": true, "serving": true, "terminating": false}})
+        })
+        .collect();
+    apply(
+        &nb.bed.client,
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": format!("{CLUSTER}-konnectivity"), "namespace": NS,
+                            "labels": {"kubernetes.io/service-name": CLUSTER,
+                                       "endpointslice.kubernetes.io/managed-by": "hcp-ingress-test"}},
+               "addressType": "IPv4",
+               "endpoints": endpoints,
+               "ports": [{"name": "konnectivity", "port": KONNECTIVITY_PORT, "protocol": "TCP"}]}),
+        "test",
+    )
+    .await;
+
+    // kubectl from outside, through the ingress by `apiHost`.
+    let client_dir = dir.path();
+    for (name, pem) in [
+        ("ca.crt", nb.bed.tenant.ca_pem()),
+        ("admin.crt", nb.bed.admin.cert_pem.as_str()),
+        ("admin.key", nb.bed.admin.key_pem.as_str()),
+    ] {
+        std::fs::write(client_dir.join(name), pem).unwrap();
+    }
+    let user_kubeconfig = client_dir.join("user.kubeconfig");
+    std::fs::write(
+        &user_kubeconfig,
+        json!({
+            "apiVersion": "v1", "kind": "Config", "current-context": "tenant",
+            "clusters": [{"name": "tenant", "cluster": {
+                "server": format!("https://{}:{}", nb.node.host_address, nb.https),
+                "tls-server-name": API_HOST,
+                "certificate-authority": client_dir.join("ca.crt")}}],
+            "users": [{"name": "admin", "user": {
+                "client-certificate": client_dir.join("admin.crt"),
+                "client-key": client_dir.join("admin.key")}}],
+            "contexts": [{"name": "tenant", "context": {"cluster": "tenant", "user": "admin"}}]
+        })
+        .to_string(),
+    )
+    .unwrap();
+
+    nb.eventually("the Node Ready", || async {
+        nb.node_ready().await.filter(|r| *r)
+    })
+    .await;
+    let konn = Konn {
+        nb,
+        servers,
+        kubeconfig: user_kubeconfig,
+        _dir: dir,
+    };
+    let workload = konn.nb.workload.clone();
+
+    // The agent, as a DaemonSet's pod on the node: it reaches
+    // `konnectivityHost` at the shared ingress (the node's name for the
+    // host), trusts the tenant's CA and proves itself with a token for the
+    // servers' audience.
+    apply(
+        &workload,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": AGENT_ACCOUNT, "namespace": AGENT_NAMESPACE}}),
+        "test",
+    )
+    .await;
+    apply(
+        &workload,
+        json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+               "metadata": {"name": "konnectivity-agent", "namespace": AGENT_NAMESPACE},
+               "spec": {"selector": {"matchLabels": {"app": "konnectivity-agent"}},
+                        "template": {"metadata": {"labels": {"app": "konnectivity-agent"}},
+                          "spec": {
+                            "serviceAccountName": AGENT_ACCOUNT,
+                            "tolerations": [{"operator": "Exists"}],
+                            "terminationGracePeriodSeconds": 0,
+                            "hostAliases": [{"ip": konn.nb.node.host_address.to_string(),
+                                             "hostnames": [KONNECTIVITY_HOST]}],
+                            "containers": [{
+                              "name": "konnectivity-agent", "image": agent_image(),
+                              "imagePullPolicy": "Never",
+                              "args": [
+                                format!("--proxy-server-host={KONNECTIVITY_HOST}"),
+                                format!("--proxy-server-port={}", konn.nb.https),
+                                "--ca-cert=/var/run/konnectivity/ca.crt",
+                                "--service-account-token-path=/var/run/konnectivity/token",
+                                format!("--admin-server-port={ADMIN_PORT}"),
+                                format!("--health-server-port={HEALTH_PORT}"),
+                                "--v=2"],
+                              "securityContext": {"runAsNonRoot": true, "allowPrivilegeEscalation": false,
+                                                  "capabilities": {"drop": ["ALL"]}},
+                              "volumeMounts": [{"name": "konnectivity", "mountPath": "/var/run/konnectivity",
+                                                "readOnly": true}]}],
+                            "volumes": [{"name": "konnectivity", "projected": {"sources": [
+                              {"serviceAccountToken": {"path": "token", "audience": AUDIENCE,
+                                                       "expirationSeconds": 3600}},
+                              {"configMap": {"name": "kube-root-ca.crt",
+                                             "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}]}}}}),
+        "test",
+    )
+    .await;
+    // The user's pod: prints "started", then nothing for SILENCE, then
+    // LAST_LINE; echoes on ECHO_PORT.
+    let silence = SILENCE.as_secs().to_string();
+    apply(
+        &workload,
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": TALKER, "namespace": "default"},
+               "spec": {"tolerations": [{"operator": "Exists"}],
+                        "terminationGracePeriodSeconds": 0,
+                        "containers": [{"name": TALKER, "image": USERPOD_IMAGE,
+                                        "imagePullPolicy": "Never",
+                                        "args": ["serve", ECHO_PORT, silence, LAST_LINE],
+                                        "securityContext": {"runAsNonRoot": true, "allowPrivilegeEscalation": false,
+                                                            "capabilities": {"drop": ["ALL"]}}}]}}),
+        "test",
+    )
+    .await;
+
+    let started = Instant::now();
+    let (agent, each) = konn.connected_to_all("the agent's first connections").await;
+    eprintln!(
+        "the agent holds {agent} server connections; each server's ready agents {each:?} ({:?} after the DaemonSet)",
+        started.elapsed()
+    );
+    let pods: Api<Pod> = Api::namespaced(workload.clone(), "default");
+    konn.nb
+        .eventually("the user's pod Ready", || async {
+            pods.get_opt(TALKER)
+                .await
+                .ok()?
+                .filter(pod_ready)
+                .map(|_| ())
+        })
+        .await;
+
+    // Once through, then every stream at once and SILENCE once.
+    tokio::task::block_in_place(|| konn.logs_and_exec("first call", 0));
+    let streams = tokio::task::block_in_place(|| {
+        std::thread::scope(|scope| {
+            let spawn = |mut command: Command| -> Child {
+                command.stdout(Stdio::piped()).stderr(Stdio::piped());
+                command.spawn().unwrap()
+            };
+            let logs = spawn(konn.kubectl_stream(&["logs", "-f", TALKER]));
+            let logs = scope.spawn(move || follow_logs(logs));
+            let exec = |websocket: bool| {
+                let mut command =
+                    konn.kubectl(&["exec", TALKER, "--", "/userpod", "sleep", &silence, "done"]);
+                if !websocket {
+                    command.env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false");
+                }
+                scope.spawn(move || silent_exec(command))
+            };
+            let websocket = exec(true);
+            let spdy = exec(false);
+            let forward = spawn(konn.kubectl_stream(&[
+                "port-forward",
+                &format!("pod/{TALKER}"),
+                &format!(":{ECHO_PORT}"),
+            ]));
+            let forward = scope.spawn(move || silent_port_forward(forward));
+            // While they are silent: 20 of each in a row.
+            for n in 1..=20 {
+                konn.logs_and_exec("in a row", n);
+            }
+            [
+                ("kubectl logs -f", logs.join().unwrap()),
+                ("kubectl exec (WebSocket)", websocket.join().unwrap()),
+                ("kubectl exec (SPDY)", spdy.join().unwrap()),
+                ("kubectl port-forward", forward.join().unwrap()),
+            ]
+        })
+    });
+    for (what, result) in &streams {
+        match result {
+            Ok(elapsed) => eprintln!("{what}: carried through {elapsed:?} of silence"),
+            Err(e) => konn.fail(&format!("{what} through konnectivity: {e}")),
+        }
+    }
+    for (what, result) in &streams {
+        // The pod's silence began when it started, before the log stream
+        // opened; the others are silent for all of SILENCE.
+        let least = if what.contains("logs") {
+            SILENCE - Duration::from_secs(30)
+        } else {
+            SILENCE
+        };
+        let elapsed = *result.as_ref().unwrap();
+        if elapsed < least {
+            konn.fail(&format!(
+                "{what}: silent only {elapsed:?}, less than {least:?}"
+            ));
+        }
+    }
+
+    // The server the API server dials restarts: the agent comes back to it
+    // (its connection to the other one stays) and calls work again.
+    let mut konn = konn;
+    konn.servers[0].stop();
+    konn.servers[0].start();
+    let restarted = Instant::now();
+    let (agent, each) = konn
+        .connected_to_all("the agent's return to server-0 after its restart")
+        .await;
+    eprintln!(
+        "after server-0's restart: the agent holds {agent} server connections; each server's ready agents {each:?} ({:?} after the restart)",
+        restarted.elapsed()
+    );
+    tokio::task::block_in_place(|| {
+        for n in 21..=25 {
+            konn.logs_and_exec("after server-0's restart", n);
+        }
+    });
+
+    let Konn { nb, servers, .. } = konn;
+    drop(servers);
+    nb.finish().await;
+}
