@@ -268,7 +268,7 @@ impl Konn {
                     .map(|(s, _)| s.id.as_str())
                     .collect();
                 self.fail(&format!(
-                    "{what}: the agent never reached {missing:?} (the agent's open server connections {agent:?}, None: its metrics unread; each server's agents {servers:?})"
+                    "{what}: the agent never reached {missing:?}: each server's ready agents {servers:?}, the agent's open server connections {agent:?} (None: its metrics unread)"
                 ));
             }
             tokio::time::sleep(Duration::from_secs(1)).await;

@@ -98,7 +98,9 @@ pub struct Options {
     /// Simulated nodes when `scheduler` is on.
     pub nodes: usize,
     /// Real kubelets join this cluster (test/realnode): the Node
-    /// authorizer and the NodeRestriction admission plugin are on, and
+    /// authorizer and the NodeRestriction admission plugin are on, the API
+    /// server presents a client certificate of the cluster CA to kubelets
+    /// (logs, exec, port-forward), and
     /// `scheduler` starts kube-scheduler without the simulator, which
     /// would otherwise claim every Node.
     pub real_nodes: bool,
