@@ -17,6 +17,7 @@ use std::{
 use hcp_ingress::{
     api::ControlPlaneIngress,
     controller::{Settings, run},
+    doctor::{Check, Options, Resolver, Target, diagnose},
     render::RouteKind,
 };
 use kube::{
@@ -636,4 +637,29 @@ pub async fn apply(client: &Client, value: Value, manager: &str) {
     )
     .await
     .unwrap_or_else(|e| panic!("apply {} {name}: {e}", types.kind));
+}
+
+/// The row `row` of `hcp-ingress doctor` for ControlPlaneIngress `name`
+/// in [`NS`], the workload cluster read through Secret
+/// `<cluster>-kubeconfig` as the controller reads it; `timeout` bounds
+/// each probe. Nothing answers DNS here: the other rows are not read.
+pub async fn doctor_row(client: &Client, name: &str, row: &str, timeout: Duration) -> Check {
+    let options = Options {
+        target: Target::Name {
+            namespace: NS.into(),
+            name: name.into(),
+        },
+        resolver: Resolver::Server(SocketAddr::from((
+            [127, 0, 0, 1],
+            crate::consumers::free_port(),
+        ))),
+        ingress_address: vec![],
+        workload_kubeconfig: None,
+        timeout,
+    };
+    let (_, checks) = diagnose(client, &options).await.expect("the doctor runs");
+    checks
+        .into_iter()
+        .find(|c| c.name == row)
+        .unwrap_or_else(|| panic!("the doctor has no row {row} for {name}"))
 }

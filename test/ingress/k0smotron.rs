@@ -36,7 +36,7 @@ use std::{
 
 use hcp_ingress::{
     api::{CLUSTER_NAME_LABEL, ControlPlaneIngress, MANAGER},
-    doctor::{Check, Options, Resolver, Target, Verdict, diagnose},
+    doctor::{Check, Verdict},
     render::{ROUTE_PREFIX, RouteKind, workload::K0SMOTRON_STOP_PATCH},
     sources::derive,
 };
@@ -53,8 +53,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::{
     bed::{
-        API_HOST, API_PORT, Bed, KONNECTIVITY_HOST, KONNECTIVITY_PORT, NS, apply, eventually,
-        ready, repo,
+        API_HOST, API_PORT, Bed, KONNECTIVITY_HOST, KONNECTIVITY_PORT, NS, apply, doctor_row,
+        eventually, ready, repo,
     },
     consumers::{Process, assert_passthrough, bin_dir, free_port},
 };
@@ -453,22 +453,13 @@ async fn routes_of_hcp_ingress(client: &Client) -> Vec<String> {
 
 /// The doctor's check of the route object `name`.
 async fn doctor_route_check(client: &Client, cpi: &str, name: &str) -> Check {
-    let options = Options {
-        target: Target::Name {
-            namespace: NS.into(),
-            name: cpi.into(),
-        },
-        // Nothing answers DNS here; the route hop is what is read.
-        resolver: Resolver::Server(SocketAddr::from(([127, 0, 0, 1], free_port()))),
-        ingress_address: vec![],
-        workload_kubeconfig: None,
-        timeout: Duration::from_secs(1),
-    };
-    let (_, checks) = diagnose(client, &options).await.expect("the doctor runs");
-    checks
-        .into_iter()
-        .find(|c| c.name == format!("route Ingress {name}"))
-        .unwrap_or_else(|| panic!("the doctor checks no route Ingress {name}"))
+    doctor_row(
+        client,
+        cpi,
+        &format!("route Ingress {name}"),
+        Duration::from_secs(1),
+    )
+    .await
 }
 
 /// The CCM the workload cluster runs (the OpenStack one k0rdent's hosted

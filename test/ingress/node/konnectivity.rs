@@ -32,6 +32,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use hcp_ingress::doctor::{Check, Verdict, checks::KONNECTIVITY_AGENT_SELECTOR};
 use k8s_openapi::api::{core::v1::Pod, discovery::v1::EndpointSlice};
 use kube::api::{Api, Patch, PatchParams};
 use rcgen::{CertificateParams, DnType, Issuer, KeyPair};
@@ -40,7 +41,10 @@ use serde_json::json;
 
 use super::{NodeBed, node_ready, pod_ready};
 use crate::{
-    bed::{API_HOST, API_PORT, CLUSTER, KONNECTIVITY_HOST, KONNECTIVITY_PORT, NS, apply, ready},
+    bed::{
+        API_HOST, API_PORT, Bed, CLUSTER, KONNECTIVITY_HOST, KONNECTIVITY_PORT, NS, apply,
+        doctor_row, ready,
+    },
     consumers::{Process, bin_dir},
 };
 
@@ -230,7 +234,7 @@ impl Konn {
     async fn agent_metrics(&self) -> Option<String> {
         let pods: Api<Pod> = Api::namespaced(self.nb.workload.clone(), AGENT_NAMESPACE);
         let list = pods
-            .list(&kube::api::ListParams::default().labels("app=konnectivity-agent"))
+            .list(&kube::api::ListParams::default().labels(KONNECTIVITY_AGENT_SELECTOR))
             .await
             .ok()?;
         let ip = list.items.first()?.status.as_ref()?.pod_ip.clone()?;
@@ -557,25 +561,7 @@ async fn konnectivity_agent_on_a_real_node_reaches_both_servers_through_the_ingr
         )
         .await
         .unwrap();
-    let endpoints: Vec<_> = servers
-        .iter()
-        .map(|s| {
-            json!({"addresses": [s.address.to_string()],
-                        "conditions": {"ready": true, "serving": true, "terminating": false}})
-        })
-        .collect();
-    apply(
-        &nb.bed.client,
-        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-               "metadata": {"name": format!("{CLUSTER}-konnectivity"), "namespace": NS,
-                            "labels": {"kubernetes.io/service-name": CLUSTER,
-                                       "endpointslice.kubernetes.io/managed-by": "hcp-ingress-test"}},
-               "addressType": "IPv4",
-               "endpoints": endpoints,
-               "ports": [{"name": "konnectivity", "port": KONNECTIVITY_PORT, "protocol": "TCP"}]}),
-        "test",
-    )
-    .await;
+    route_konnectivity_to(&nb.bed, &servers.iter().collect::<Vec<_>>()).await;
 
     // kubectl from outside, through the ingress by `apiHost`.
     let client_dir = dir.path();
@@ -631,8 +617,8 @@ async fn konnectivity_agent_on_a_real_node_reaches_both_servers_through_the_ingr
         &workload,
         json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
                "metadata": {"name": "konnectivity-agent", "namespace": AGENT_NAMESPACE},
-               "spec": {"selector": {"matchLabels": {"app": "konnectivity-agent"}},
-                        "template": {"metadata": {"labels": {"app": "konnectivity-agent"}},
+               "spec": {"selector": {"matchLabels": {"k8s-app": "konnectivity-agent"}},
+                        "template": {"metadata": {"labels": {"k8s-app": "konnectivity-agent"}},
                           "spec": {
                             "serviceAccountName": AGENT_ACCOUNT,
                             "tolerations": [{"operator": "Exists"}],
@@ -685,6 +671,22 @@ async fn konnectivity_agent_on_a_real_node_reaches_both_servers_through_the_ingr
     eprintln!(
         "the agent holds {agent} server connections; each server's ready agents {each:?} ({:?} after the DaemonSet)",
         started.elapsed()
+    );
+    // `hcp-ingress doctor` sees it too: through the API server's pod proxy
+    // (this same konnectivity path) the agent reports both servers.
+    let check = konn
+        .nb
+        .eventually("the doctor's konnectivity check to pass", || async {
+            let check = doctor_konnectivity(&konn.nb.bed).await;
+            (check.verdict == Verdict::Pass).then_some(check)
+        })
+        .await;
+    assert!(
+        check
+            .detail
+            .contains("every konnectivity server it knows of (2)"),
+        "{}",
+        check.detail
     );
     let pods: Api<Pod> = Api::namespaced(workload.clone(), "default");
     konn.nb
@@ -776,7 +778,60 @@ async fn konnectivity_agent_on_a_real_node_reaches_both_servers_through_the_ingr
         }
     });
 
+    // The route broken on purpose: the konnectivity endpoints cut to
+    // server-0, then server-1 restarts. The agent loses its connection to
+    // server-1 and every new dial lands on server-0 again: it knows of two
+    // servers and holds one, and the doctor says so, naming the agent.
+    route_konnectivity_to(&konn.nb.bed, &[&konn.servers[0]]).await;
+    konn.servers[1].stop();
+    konn.servers[1].start();
+    let check = konn
+        .nb
+        .eventually("the doctor's konnectivity check to fail", || async {
+            let check = doctor_konnectivity(&konn.nb.bed).await;
+            (check.verdict == Verdict::Fail).then_some(check)
+        })
+        .await;
+    assert!(
+        check.detail.contains("is connected to 1 of the 2 konnectivity servers")
+            && check.detail.contains(&format!(
+                "the route for {KONNECTIVITY_HOST} does not lead to every konnectivity server replica"
+            )),
+        "{}",
+        check.detail
+    );
+    eprintln!("the route cut to server-0, the doctor: {}", check.detail);
+
     let Konn { nb, servers, .. } = konn;
     drop(servers);
     nb.finish().await;
+}
+
+/// What a control plane provider writes: the konnectivity port's endpoints
+/// are `servers` (the bed's own slice keeps the API port).
+async fn route_konnectivity_to(bed: &Bed, servers: &[&Server]) {
+    let endpoints: Vec<_> = servers
+        .iter()
+        .map(|s| {
+            json!({"addresses": [s.address.to_string()],
+                   "conditions": {"ready": true, "serving": true, "terminating": false}})
+        })
+        .collect();
+    apply(
+        &bed.client,
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": format!("{CLUSTER}-konnectivity"), "namespace": NS,
+                            "labels": {"kubernetes.io/service-name": CLUSTER,
+                                       "endpointslice.kubernetes.io/managed-by": "hcp-ingress-test"}},
+               "addressType": "IPv4",
+               "endpoints": endpoints,
+               "ports": [{"name": "konnectivity", "port": KONNECTIVITY_PORT, "protocol": "TCP"}]}),
+        "test",
+    )
+    .await;
+}
+
+/// The doctor's `konnectivity` row for the tenant's ControlPlaneIngress.
+async fn doctor_konnectivity(bed: &Bed) -> Check {
+    doctor_row(&bed.client, CLUSTER, "konnectivity", Duration::from_secs(5)).await
 }
