@@ -35,7 +35,10 @@ if [[ "${1:-}" == "--print-bin-dir" ]]; then echo "$bin"; exit 0; fi
 
 want=(kubelet containerd ctr containerd-shim-runc-v2 pause pause.oci.tar apicall.oci.tar userpod.oci.tar)
 missing=0
-for b in "${want[@]}"; do [[ -x "$bin/$b" ]] || missing=1; done
+# Programs are executable; the image tarballs are not, only present.
+for b in "${want[@]}"; do
+  if [[ "$b" == *.oci.tar ]]; then [[ -s "$bin/$b" ]] || missing=1; else [[ -x "$bin/$b" ]] || missing=1; fi
+done
 if [[ $missing == 0 ]]; then echo "$bin"; exit 0; fi
 
 command -v go >/dev/null || { echo "hack/node/build.sh: go is not installed" >&2; exit 1; }
