@@ -52,21 +52,27 @@ step "cargo fmt" cargo fmt --all -- --check
 step "hack/book.sh" bash hack/book.sh
 # The image's release build (static musl, fat LTO: its last minutes are one
 # link per binary, one core each) runs beside clippy, the audit and the test
-# build, in a target folder of its own so neither waits on the other's lock.
-image_out="$(mktemp)"
-step "hack/check-image-proxy.sh (the image's musl release build)" \
-  env CARGO_TARGET_DIR=target/image-build bash hack/check-image-proxy.sh >"$image_out" & image=$!
+# build, in a target folder of its own so neither waits on the other's lock,
+# and on beside the first tests: only the tests that run the image wait for
+# it (the job `image` below, which passes when the image is built). Then the
+# image without Docker, from those same binaries; test/release/image.rs
+# checks it against the Dockerfile.
+HCP_IMAGE_TARBALL="$PWD/target/image/hcp-ingress-amd64.oci.tar"
+export HCP_IMAGE_TARBALL
+image_dir="$(mktemp -d)"
+build_image() {
+  step "hack/check-image-proxy.sh (the image's musl release build)" \
+    env CARGO_TARGET_DIR=target/image-build bash hack/check-image-proxy.sh >"$image_dir/bins" || return
+  step "hack/build-image-tarball.sh" \
+    env BIN_DIR="$(cat "$image_dir/bins")" OUT="$HCP_IMAGE_TARBALL" bash hack/build-image-tarball.sh >/dev/null
+}
+# The exit code, written when done (renamed into place: a reader never sees
+# it half written).
+{ if build_image; then rc=0; else rc=$?; fi
+  echo "$rc" >"$image_dir/rc.tmp" && mv "$image_dir/rc.tmp" "$image_dir/rc"; } & image=$!
 step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
 step "hack/audit.sh" bash hack/audit.sh
 step "cargo test --no-run (the test build)" cargo test --workspace --locked --no-run
-wait "$image" || { echo "hack/test.sh: hack/check-image-proxy.sh failed" >&2; exit 1; }
-musl_bins="$(cat "$image_out")"
-# The image without Docker, from those same binaries; test/release/image.rs
-# checks it against the Dockerfile.
-step "hack/build-image-tarball.sh" env BIN_DIR="$musl_bins" bash hack/build-image-tarball.sh >"$image_out"
-HCP_IMAGE_TARBALL="$(cat "$image_out")"
-rm -f "$image_out"
-export HCP_IMAGE_TARBALL
 # Every test binary of the workspace, then the version matrix, in two lanes
 # (hack/run-tests.py): most of the suite's time is spent waiting on API
 # servers, leases and idle connections, so one binary runs while another
@@ -99,11 +105,17 @@ matrix_controller+=" --skip management::a_failed_discovery"
 matrix_controller+=" --skip each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api_on_nftables"
 matrix_controller+=" --skip each_steering_mode_and_switch_and_the_give_back_keep_pods_on_the_api_over_ipv6_on_nftables"
 matrix_controller+=" --skip taking_the_node_proxy_over_from_k0smotron_keeps_pods_on_the_api_on_nftables"
-step "tests (hack/run-tests.py, two lanes)" python3 hack/run-tests.py --lanes 2 <<JOBS
+#
+# The image's build is still running when the tests start: the job `image`
+# waits for it and passes or fails with it; the jobs that run the image (the
+# real node's tests in @ingress, the image's checks in @release) need it.
+tests_rc=0
+step "tests (hack/run-tests.py, two lanes)" python3 hack/run-tests.py --lanes 2 <<JOBS || tests_rc=$?
+image -- bash hack/lib/await-exit-code.sh $image_dir/rc
 main:controller -- @controller $not_path
 main:controller-data-path -- @controller $path
 matrix:controller $matrix -- @controller $not_path $matrix_controller
-main:ingress -- @ingress
+main:ingress needs=image -- @ingress
 matrix:controller-data-path needs=main:controller-data-path $matrix -- @controller $path $matrix_controller
 # The real ingress controllers reading the routes the controller wrote into a
 # 1.33 management cluster, a pod's whole path to its tenant's 1.30 API server,
@@ -112,13 +124,16 @@ matrix:controller-data-path needs=main:controller-data-path $matrix -- @controll
 matrix:ingress needs=main:ingress $matrix -- @ingress --skip with_kube_proxy_in_nftables_mode
 main:capi -- @capi
 main:chart -- @chart
-main:release -- @release
+main:release needs=image -- @release
 main -- @*
 # clusterctl init, delete and move, and the ClusterResourceSet applied by the
 # Cluster API manager, on the oldest Cluster API minor and management release.
 matrix:capi $matrix -- @capi
 # clusterctl's variable substitution of our release assets, same minor.
-matrix:release $matrix -- @release
+matrix:release needs=image $matrix -- @release
 # The chart's objects, as helm renders them, into a 1.33 management cluster.
 matrix:chart $matrix -- @chart live::every_ci_values_file_installs
 JOBS
+wait "$image" || true
+rm -rf "$image_dir"
+exit "$tests_rc"
