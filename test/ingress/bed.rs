@@ -133,13 +133,15 @@ pub fn add_veth(host_if: &str, ns_if: &str, ns: &str) {
 }
 
 /// A network namespace and a veth pair: the host end holds the backends'
-/// address (a /30 of TEST-NET-3 of this bed only), the other end lives in
+/// addresses (a /29 of TEST-NET-3 of this bed only), the other end lives in
 /// the namespace. Deleting the namespace deletes both ends.
 pub struct BackendNet {
     ns: String,
     host_if: String,
     /// The backends' address, on the host end.
     pub addr: Ipv4Addr,
+    /// The first address of the bed's /29.
+    base: u8,
     /// The slot's lock, held while the bed lives: beds in other test
     /// processes (nextest runs one per test) take other slots, and a
     /// killed process lets go of its slot.
@@ -150,13 +152,14 @@ impl BackendNet {
     fn new() -> Self {
         let (slot, lock) = free_slot(
             "hcp-ingress-consumer-net",
-            63,
-            "a free /30 of 203.0.113.0/24 for the backends",
+            31,
+            "a free /29 of 203.0.113.0/24 for the backends",
         );
         let ns = format!("hcpi-net{slot}");
         let (host_if, ns_if) = (format!("hcpi{slot}h"), format!("hcpi{slot}n"));
-        let addr = Ipv4Addr::new(203, 0, 113, 4 * slot + 1);
-        let peer = Ipv4Addr::new(203, 0, 113, 4 * slot + 2);
+        let base = 8 * slot;
+        let addr = Ipv4Addr::new(203, 0, 113, base + 1);
+        let peer = Ipv4Addr::new(203, 0, 113, base + 2);
         // Left over by a killed run that held this slot: start clean.
         let _ = Command::new("ip").args(["netns", "del", &ns]).output();
         let _ = Command::new("ip").args(["link", "del", &host_if]).output();
@@ -165,6 +168,7 @@ impl BackendNet {
             ns,
             host_if,
             addr,
+            base,
             _lock: lock,
         };
         add_veth(&net.host_if, &ns_if, &net.ns);
@@ -172,7 +176,7 @@ impl BackendNet {
             "ip",
             "addr",
             "add",
-            &format!("{addr}/30"),
+            &format!("{addr}/29"),
             "dev",
             &net.host_if,
         ]);
@@ -182,13 +186,32 @@ impl BackendNet {
             &net.ns,
             "addr",
             "add",
-            &format!("{peer}/30"),
+            &format!("{peer}/29"),
             "dev",
             &ns_if,
         ]);
         run_ok(&["ip", "link", "set", &net.host_if, "up"]);
         run_ok(&["ip", "-n", &net.ns, "link", "set", &ns_if, "up"]);
         net
+    }
+}
+
+impl BackendNet {
+    /// One more address of the bed's /29 on the host end, for a backend
+    /// of its own (`n` < 4): two replicas behind one Service port need two
+    /// addresses, as two pods have.
+    pub fn add_address(&self, n: u8) -> Ipv4Addr {
+        assert!(n < 4, "a /29 has four more host addresses");
+        let address = Ipv4Addr::new(203, 0, 113, self.base + 3 + n);
+        run_ok(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{address}/29"),
+            "dev",
+            &self.host_if,
+        ]);
+        address
     }
 }
 
@@ -249,7 +272,8 @@ pub struct Bed {
     /// Files of the consumer (configs, logs); kept when a test fails.
     pub dir: Scratch,
     _forward: Forward,
-    _net: BackendNet,
+    /// The backends' network: more addresses for backends of a test's own.
+    pub net: BackendNet,
     _slot: SemaphorePermit<'static>,
 }
 
@@ -431,7 +455,7 @@ impl Bed {
             admin,
             dir,
             _forward: forward,
-            _net: net,
+            net,
             _slot: slot,
         }
     }

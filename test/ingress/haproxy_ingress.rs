@@ -11,6 +11,7 @@ use serde_json::json;
 use crate::{
     bed::{Bed, CLUSTER, ready},
     consumers::{assert_passthrough, free_port, haproxy_ingress_files, start_haproxy_ingress},
+    konnectivity::assert_agent_reaches_every_server,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -37,6 +38,8 @@ async fn haproxy_ingress_passes_tls_through_by_sni_with_our_ingress() {
     bed.route_written_by_controller(RouteKind::Ingress, &format!("{ROUTE_PREFIX}{CLUSTER}"))
         .await;
     assert_passthrough(&bed, SocketAddr::from(([127, 0, 0, 1], https)), &process).await;
+    assert_agent_reaches_every_server(&bed, SocketAddr::from(([127, 0, 0, 1], https)), &process)
+        .await;
     let (reason, _) = bed.condition("RouteReady", "True").await;
     assert_eq!(reason, "Applied");
     drop(process);

@@ -21,6 +21,7 @@ use serde_json::json;
 use crate::{
     bed::{Bed, CLUSTER, apply, ready},
     consumers::{Process, assert_passthrough, built_by, free_port},
+    konnectivity::assert_agent_reaches_every_server,
 };
 
 const HOW_TO_BUILD: &str = "run `bash hack/consumers/haproxytech.sh --build-only` (builds Debian trixie's HAProxy 3.0 from Debian's source package and the haproxytech controller from the Go module proxy, versions in hack/consumers/versions.env)";
@@ -164,6 +165,7 @@ async fn haproxytech_passes_tls_through_by_sni_with_our_haproxy_ingress() {
     bed.route_written_by_controller(RouteKind::Ingress, &format!("{ROUTE_PREFIX}{CLUSTER}"))
         .await;
     assert_passthrough(&bed, SocketAddr::from((ingress_ip, https)), &process).await;
+    assert_agent_reaches_every_server(&bed, SocketAddr::from((ingress_ip, https)), &process).await;
     // The HAProxy it ran is the one built for it, not the system's 2.6.
     let log = std::fs::read_to_string(&process.log).unwrap_or_default();
     assert!(

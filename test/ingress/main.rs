@@ -28,6 +28,7 @@ mod consumers;
 mod haproxy_ingress;
 mod haproxytech;
 mod k0smotron;
+mod konnectivity;
 mod node;
 #[path = "../support/proxy_bin.rs"]
 mod proxy_bin;

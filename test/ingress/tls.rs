@@ -9,7 +9,10 @@ use std::{
     time::Duration,
 };
 
-use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair, KeyUsagePurpose};
+use rcgen::{
+    Certificate, CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
 use rustls::{
     ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme,
     client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier},
@@ -260,16 +263,24 @@ pub struct Konnectivity {
     task: JoinHandle<()>,
 }
 
+/// A konnectivity server's serving certificate for `host`, of the tenant's
+/// CA: what an agent verifies (it sends `host` as SNI and checks the name),
+/// and its key.
+pub fn konnectivity_leaf(host: &str, ca_pem: &str, ca_key_pem: &str) -> (Certificate, KeyPair) {
+    let ca_key = KeyPair::from_pem(ca_key_pem).unwrap();
+    let issuer = Issuer::from_ca_cert_pem(ca_pem, ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(vec![host.to_string()]).unwrap();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "konnectivity-server");
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    (params.signed_by(&key, &issuer).unwrap(), key)
+}
+
 impl Konnectivity {
     pub async fn start(addr: SocketAddr, host: &str, ca_pem: &str, ca_key_pem: &str) -> Self {
-        let ca_key = KeyPair::from_pem(ca_key_pem).unwrap();
-        let issuer = Issuer::from_ca_cert_pem(ca_pem, ca_key).unwrap();
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(vec![host.to_string()]).unwrap();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "konnectivity-server");
-        let cert = params.signed_by(&key, &issuer).unwrap();
+        let (cert, key) = konnectivity_leaf(host, ca_pem, ca_key_pem);
         let leaf = cert.der().to_vec();
         let config = ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()

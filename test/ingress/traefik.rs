@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use crate::{
     bed::{Bed, CLUSTER, NS, apply, ready},
     consumers::{HOW_TO_BUILD, Process, assert_passthrough, bin_dir, free_port},
+    konnectivity::assert_agent_reaches_every_server,
 };
 
 /// The entry point every test's Traefik listens on, under the name
@@ -98,6 +99,7 @@ async fn traefik_crd_provider_passes_tls_through_by_sni_with_our_ingress_route_t
     )
     .await;
     assert_passthrough(&bed, traefik.addr, &traefik.process).await;
+    assert_agent_reaches_every_server(&bed, traefik.addr, &traefik.process).await;
     let (reason, _) = bed.condition("RouteReady", "True").await;
     assert_eq!(reason, "Applied");
     drop(traefik);
@@ -150,6 +152,7 @@ async fn traefik_gateway_provider_passes_tls_through_by_sni_with_our_tls_routes(
             .await;
     }
     assert_passthrough(&bed, traefik.addr, &traefik.process).await;
+    assert_agent_reaches_every_server(&bed, traefik.addr, &traefik.process).await;
 
     // Traefik reports on each TLSRoute that it accepted it on our parent
     // and resolved its backend: what RouteReady stands for.
@@ -226,6 +229,7 @@ async fn traefik_ingress_nginx_provider_passes_tls_through_by_sni_with_our_nginx
     bed.route_written_by_controller(RouteKind::Ingress, &format!("{ROUTE_PREFIX}{CLUSTER}"))
         .await;
     assert_passthrough(&bed, traefik.addr, &traefik.process).await;
+    assert_agent_reaches_every_server(&bed, traefik.addr, &traefik.process).await;
     let (reason, _) = bed.condition("RouteReady", "True").await;
     assert_eq!(reason, "Applied");
     drop(traefik);
