@@ -3,6 +3,7 @@
 //! makes through them.
 
 use std::{
+    io::{Read, Write},
     net::{SocketAddr, TcpListener},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
@@ -135,6 +136,19 @@ pub async fn start_haproxy_ingress(bed: &Bed, frontends: Value) -> Process {
         &bin,
         bed.dir.path().join("haproxy-ingress.log"),
     )
+}
+
+/// A plain HTTP/1.0 GET of `path` at `addr` (a consumer's health or
+/// metrics port): the status and the body, if anything answered.
+pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    Some((status, body.to_string()))
 }
 
 /// A free loopback port (released again: the consumer binds it a moment later).

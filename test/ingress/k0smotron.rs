@@ -49,14 +49,13 @@ use kube::{
     api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams},
 };
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::{
     bed::{
         API_HOST, API_PORT, Bed, KONNECTIVITY_HOST, KONNECTIVITY_PORT, NS, apply, doctor_row,
         eventually, ready, repo,
     },
-    consumers::{Process, assert_passthrough, bin_dir, free_port},
+    consumers::{Process, assert_passthrough, bin_dir, free_port, http_get},
 };
 
 /// How to get what these tests need.
@@ -221,7 +220,8 @@ impl K0smotron {
                 "k0smotron exited; its log ends with:\n{}",
                 k0smotron.process.tail()
             );
-            (http_status(health, "/readyz").await == Some(200)).then_some(())
+            let ready = http_get(SocketAddr::from(([127, 0, 0, 1], health)), "/readyz");
+            (ready.map(|(status, _)| status) == Some(200)).then_some(())
         })
         .await;
         point_webhooks_at(&bed.client, release, ca.as_bytes()).await;
@@ -293,22 +293,6 @@ async fn point_webhooks_at(client: &Client, release: &Release, ca: &[u8]) {
             apply(client, config, "k0smotron-install").await;
         }
     }
-}
-
-/// The HTTP status of GET `path` on a loopback port, if anything answers.
-async fn http_status(port: u16, path: &str) -> Option<u16> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.ok()?;
-    String::from_utf8_lossy(&response)
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
 }
 
 /// Traefik's ingress-nginx provider as the shared ingress: it serves class

@@ -15,8 +15,7 @@
 //! the agent as a pod.
 
 use std::{
-    io::{Read, Write},
-    net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream},
+    net::{Ipv4Addr, SocketAddr, TcpListener},
     path::{Path, PathBuf},
     time::{Duration, Instant},
 };
@@ -26,7 +25,7 @@ use serde_json::json;
 
 use crate::{
     bed::{API_PORT, Bed, CLUSTER, KONNECTIVITY_HOST, KONNECTIVITY_PORT, NS, apply, ready},
-    consumers::{Process, bin_dir},
+    consumers::{Process, bin_dir, http_get},
     tls::konnectivity_leaf,
 };
 
@@ -116,7 +115,7 @@ impl Server {
 
     /// The server's metrics, from its admin port.
     pub fn metrics(&self) -> Option<String> {
-        http_get(SocketAddr::from((self.address, ADMIN_PORT)), "/metrics")
+        metrics_at(SocketAddr::from((self.address, ADMIN_PORT)))
     }
 
     /// Agents this server holds a ready connection of.
@@ -146,17 +145,12 @@ pub fn write_server_cert(ca_pem: &str, ca_key_pem: &str, dir: &Path) -> (PathBuf
     (crt, pem)
 }
 
-/// A plain HTTP/1.0 GET (the servers' and the agent's metrics are plain
-/// HTTP); the body of a 200.
-pub fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).ok()?;
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    let status = head.split(' ').nth(1)?;
-    (status == "200").then(|| body.to_string())
+/// The body of a 200 to GET /metrics at `addr` (the servers' and the
+/// agent's metrics are plain HTTP).
+fn metrics_at(addr: SocketAddr) -> Option<String> {
+    http_get(addr, "/metrics")
+        .filter(|(status, _)| *status == 200)
+        .map(|(_, body)| body)
 }
 
 /// The sum of every series of `name` in a Prometheus text exposition.
@@ -278,7 +272,7 @@ impl Agent {
     /// health port).
     pub fn open_server_connections(&self) -> Option<f64> {
         metric(
-            &http_get(SocketAddr::from(([127, 0, 0, 1], self.health)), "/metrics")?,
+            &metrics_at(SocketAddr::from(([127, 0, 0, 1], self.health)))?,
             "konnectivity_network_proxy_agent_open_server_connections",
         )
     }
