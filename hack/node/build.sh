@@ -14,7 +14,8 @@
 #   apicall.oci.tar  the tests' in-cluster client (hack/node/apicall, the
 #                    standard library only), static, as APICALL_IMAGE.
 #   userpod.oci.tar  what the konnectivity test's user reaches with kubectl
-#                    logs, exec and port-forward (hack/node/userpod, the
+#                    logs, exec and port-forward, and its pod's watch
+#                    through the node proxy (hack/node/userpod, the
 #                    standard library only), static, as USERPOD_IMAGE.
 # runc and the CNI plugins come from Debian (hack/install-test-deps.sh).
 # A second run with everything present returns at once; apicall and
