@@ -42,6 +42,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -125,7 +126,7 @@ func newInCluster() (*inCluster, error) {
 	}
 	return &inCluster{
 		base:  "https://" + net.JoinHostPort(host, port),
-		token: string(token),
+		token: strings.TrimSpace(string(token)),
 		client: &http.Client{Transport: &http.Transport{
 			// A custom TLS config turns HTTP/2 off unless asked for.
 			ForceAttemptHTTP2: true,
