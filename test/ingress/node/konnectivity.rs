@@ -29,8 +29,9 @@
 //!
 //! Each test runs the same checks over one pairing of shared ingress and
 //! node proxy mode: haproxy-ingress with the re-encrypting proxy, and
-//! Traefik's CRD provider with the pooled proxy (whose watch is an HTTP/2
-//! stream on a connection shared with the node's other requests).
+//! Traefik's CRD provider with the pooled proxy (where the watch is an
+//! HTTP/2 stream on the proxy's pooled upstream connection, which the
+//! node's other requests share).
 
 use std::{
     io::{BufRead, BufReader, Read, Write},
@@ -501,12 +502,11 @@ async fn konnectivity_agent_on_a_real_node_reaches_both_servers_through_the_ingr
 }
 
 /// The same through Traefik's CRD provider (the IngressRouteTCP our
-/// controller writes), with the pooled node proxy carrying the pod's watch:
-/// here the server the API server does not dial restarts, so the agent's
-/// way back to it goes through Traefik alone.
+/// controller writes), with the node proxy in `pooled` mode carrying the
+/// pod's watch: here the server the API server does not dial restarts, so
+/// the agent's way back to it goes through Traefik alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn konnectivity_agent_on_a_real_node_reaches_both_servers_through_traefik_with_the_pooled_proxy()
- {
+async fn konnectivity_agent_on_a_real_node_reaches_both_servers_through_traefik() {
     konnectivity_through(SharedIngress::TraefikCrd, "pooled", 1).await;
 }
 
