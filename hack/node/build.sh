@@ -14,10 +14,14 @@
 #   apicall.oci.tar  the tests' in-cluster client (hack/node/apicall, the
 #                    standard library only), static, as APICALL_IMAGE.
 #   userpod.oci.tar  what the konnectivity test's user reaches with kubectl
-#                    logs, exec and port-forward (hack/node/userpod, the
+#                    logs, exec and port-forward, and its pod's watch
+#                    through the node proxy (hack/node/userpod, the
 #                    standard library only), static, as USERPOD_IMAGE.
 # runc and the CNI plugins come from Debian (hack/install-test-deps.sh).
-# A second run with everything present returns at once.
+# A second run with everything present returns at once; apicall and
+# userpod are rebuilt when their source changed since (a hash of it is kept
+# beside each binary): a cached image of an older program would lack what a
+# newer test runs.
 #
 # HCP_KUBE_VERSION=<release> builds the kubelet of another release (the
 # version matrix's workload floor, KUBE_VERSION_WORKLOAD_MIN: a kubelet is
@@ -32,6 +36,14 @@ KUBE_VERSION="${HCP_KUBE_VERSION:-$KUBE_VERSION}"
 cache="${HCP_NODE_CACHE:-$HOME/.cache/hcp-ingress/node}/$KUBE_VERSION-containerd-$CONTAINERD_VERSION"
 bin="$cache/bin"
 if [[ "${1:-}" == "--print-bin-dir" ]]; then echo "$bin"; exit 0; fi
+
+# The hash of a test program's source, and the stamp its build left.
+source_sum() { cat "$here/$1"/go.mod "$here/$1"/*.go | sha256sum | cut -d' ' -f1; }
+for prog in apicall userpod; do
+  if [[ "$(cat "$bin/$prog.src-sha256" 2>/dev/null)" != "$(source_sum "$prog")" ]]; then
+    rm -f "$bin/$prog" "$bin/$prog.oci.tar"
+  fi
+done
 
 want=(kubelet containerd ctr containerd-shim-runc-v2 pause pause.oci.tar apicall.oci.tar userpod.oci.tar)
 missing=0
@@ -126,4 +138,5 @@ build_userpod
 pack "$bin/pause.oci.tar" "$PAUSE_IMAGE" "$bin/pause" 65535:65535
 pack "$bin/apicall.oci.tar" "$APICALL_IMAGE" "$bin/apicall" 65532:65532
 pack "$bin/userpod.oci.tar" "$USERPOD_IMAGE" "$bin/userpod" 65532:65532
+for prog in apicall userpod; do source_sum "$prog" >"$bin/$prog.src-sha256"; done
 echo "$bin"

@@ -19,18 +19,21 @@ use crate::{
 /// hcp-ingress uses by default for IngressRouteTCP.
 const ENTRY_POINT: &str = "websecure";
 
-struct Traefik {
-    process: Process,
-    addr: SocketAddr,
+/// A running Traefik: its process (stopped on drop, its log's tail for
+/// failures) and the address of its one entry point.
+pub(crate) struct Traefik {
+    pub(crate) process: Process,
+    pub(crate) addr: SocketAddr,
 }
 
-fn binary() -> PathBuf {
+/// The Traefik binary hack/consumers/build.sh builds.
+pub(crate) fn binary() -> PathBuf {
     bin_dir("traefik").join("traefik")
 }
 
 /// Traefik's own CRDs and the Gateway API CRDs its Gateway provider
 /// watches, as hack/consumers/build.sh copied them from their modules.
-fn crds() -> Vec<PathBuf> {
+pub(crate) fn crds() -> Vec<PathBuf> {
     let dir = bin_dir("traefik").join("crds");
     let mut paths: Vec<_> = std::fs::read_dir(&dir)
         .map(|d| d.flatten().map(|e| e.path()).collect())
@@ -52,8 +55,17 @@ fn can_run() -> bool {
 /// Start Traefik against the management API server with `providers` (each
 /// given endpoint, token and CA), one entry point on a loopback port.
 fn start(bed: &Bed, providers: Value) -> Traefik {
+    start_at(
+        bed,
+        providers,
+        SocketAddr::from(([127, 0, 0, 1], free_port())),
+    )
+}
+
+/// [`start`] with the entry point at `addr`: the node tests bind it where
+/// the node reaches the host, and nowhere else.
+pub(crate) fn start_at(bed: &Bed, providers: Value, addr: SocketAddr) -> Traefik {
     let (endpoint, token, ca) = bed.consumer_credentials();
-    let port = free_port();
     let mut providers = providers;
     for provider in providers.as_object_mut().unwrap().values_mut() {
         provider["endpoint"] = json!(endpoint);
@@ -64,7 +76,7 @@ fn start(bed: &Bed, providers: Value) -> Traefik {
     // check or usage report: no traffic leaves the machine.
     let config = json!({
         "global": {"checkNewVersion": false, "sendAnonymousUsage": false},
-        "entryPoints": {ENTRY_POINT: {"address": format!("127.0.0.1:{port}")}},
+        "entryPoints": {ENTRY_POINT: {"address": addr.to_string()}},
         "providers": providers,
         "log": {"level": "DEBUG"},
     });
@@ -76,10 +88,7 @@ fn start(bed: &Bed, providers: Value) -> Traefik {
         bed.dir.path(),
         bed.dir.path().join("traefik.log"),
     );
-    Traefik {
-        process,
-        addr: SocketAddr::from(([127, 0, 0, 1], port)),
-    }
+    Traefik { process, addr }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -348,16 +348,29 @@ pub async fn connect_workload(bed: &Bed) {
 /// ingress's `port`, and the node proxy as `proxy` says (its `upstreams`:
 /// the shared ingress's addresses, as seen from the nodes).
 pub async fn apply_cpi(bed: &Bed, port: u16, proxy: Value) {
+    apply_cpi_routed(
+        bed,
+        port,
+        proxy,
+        "haproxy-ingress",
+        json!({"controller": "haproxy-ingress"}),
+    )
+    .await;
+}
+
+/// [`apply_cpi`] for another shared ingress: its class `class_name` and the
+/// `route` that writes what it reads.
+pub async fn apply_cpi_routed(bed: &Bed, port: u16, proxy: Value, class_name: &str, route: Value) {
     apply(
         &bed.client,
         json!({"apiVersion": "hcp-ingress.dev/v1alpha1", "kind": "ControlPlaneIngress",
                "metadata": {"name": CLUSTER, "namespace": NS},
                "spec": {"clusterName": CLUSTER,
                         "ingress": {"apiHost": API_HOST, "konnectivityHost": KONNECTIVITY_HOST,
-                                    "port": port, "className": "haproxy-ingress"},
+                                    "port": port, "className": class_name},
                         "backend": {"serviceName": CLUSTER, "apiPort": API_PORT, "konnectivityPort": KONNECTIVITY_PORT},
                         "proxy": proxy,
-                        "route": {"controller": "haproxy-ingress"}}}),
+                        "route": route}}),
         "test-user",
     )
     .await;

@@ -22,7 +22,16 @@
 //! tenant's API server, as k0smotron and Kamaji run it.
 //!
 //! The pod a user reaches is `hack/node/userpod` (no shell in the image:
-//! every command is that binary).
+//! every command is that binary). The same binary, in a second pod on the
+//! node, holds one watch on the tenant's API through the node proxy while
+//! the user's streams are silent: what a controller in a pod holds across
+//! the same idle timeouts, on the other path through the shared ingress.
+//!
+//! Each test runs the same checks over one pairing of shared ingress and
+//! node proxy mode: haproxy-ingress with the re-encrypting proxy, and
+//! Traefik's CRD provider with the pooled proxy (where the watch is an
+//! HTTP/2 stream on the proxy's pooled upstream connection, which the
+//! node's other requests share).
 
 use std::{
     io::{BufRead, BufReader, Read, Write},
@@ -33,13 +42,16 @@ use std::{
 };
 
 use hcp_ingress::doctor::{Check, Verdict, checks::KONNECTIVITY_AGENT_SELECTOR};
-use k8s_openapi::api::{core::v1::Pod, discovery::v1::EndpointSlice};
-use kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::api::{
+    core::v1::{ConfigMap, Pod},
+    discovery::v1::EndpointSlice,
+};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use rcgen::{CertificateParams, DnType, Issuer, KeyPair};
 use realnode::ProxyMode;
 use serde_json::json;
 
-use super::{NodeBed, node_ready, pod_ready};
+use super::{NodeBed, SharedIngress, node_ready_with, pod_ready};
 use crate::{
     bed::{
         API_HOST, API_PORT, Bed, CLUSTER, KONNECTIVITY_HOST, KONNECTIVITY_PORT, NS, apply,
@@ -72,6 +84,13 @@ const ECHO_PORT: &str = "8080";
 const SILENCE: Duration = Duration::from_secs(150);
 /// What the pod prints once the silence is over.
 const LAST_LINE: &str = "after-the-silence";
+/// The watching pod's namespace, its ServiceAccount (`view` there) and
+/// name, and the ConfigMap it watches for.
+const WATCH_NAMESPACE: &str = "watch";
+const WATCHER: &str = "watcher";
+const WATCHED: &str = "after-the-silence";
+/// How soon after the ConfigMap's creation the watch must report it.
+const WATCH_PROMPT: Duration = Duration::from_secs(20);
 
 /// The apiserver-network-proxy release hack/consumers/build.sh builds.
 fn version() -> String {
@@ -202,11 +221,17 @@ impl Konn {
             ));
         }
         text.push_str(&format!(
-            "--- the agent's log\n{}\n--- kube-apiserver (tenant)\n{}\n",
+            "--- the agent's log\n{}\n--- the watching pod's log\n{}\n--- kube-apiserver (tenant)\n{}\n",
             tail(&self.agent_log(), 60),
+            tail(&self.watch_log().lines.join("\n"), 20),
             self.nb.bed.tenant.log_tail("kube-apiserver", 40)
         ));
         self.nb.fail(&text)
+    }
+
+    /// What the watching pod printed, from its log on the node.
+    fn watch_log(&self) -> WatchLog {
+        WatchLog::parse(&self.nb.node.pod_log(WATCH_NAMESPACE, WATCHER, WATCHER))
     }
 
     fn agent_log(&self) -> String {
@@ -342,6 +367,38 @@ fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
+/// What the watching pod (`userpod watch`) printed so far.
+#[derive(Debug, Default)]
+struct WatchLog {
+    /// Its `watch open ...` lines: one, unless it was reopened.
+    opened: Vec<String>,
+    /// Its `event TYPE NAME` lines, as `TYPE NAME`.
+    events: Vec<String>,
+    /// Its `watch ended: ...` line, when the stream ended or failed.
+    ended: Vec<String>,
+    /// Every line, for failures.
+    lines: Vec<String>,
+}
+
+impl WatchLog {
+    /// Parses CRI log lines: `<time> <stream> <tag> <userpod's line>`.
+    fn parse(log: &str) -> WatchLog {
+        let mut watch = WatchLog::default();
+        for line in log.lines() {
+            let text = line.splitn(4, ' ').nth(3).unwrap_or_default().to_string();
+            if text.starts_with("watch open ") {
+                watch.opened.push(text.clone());
+            } else if let Some(event) = text.strip_prefix("event ") {
+                watch.events.push(event.to_string());
+            } else if text.starts_with("watch ended") {
+                watch.ended.push(text.clone());
+            }
+            watch.lines.push(text);
+        }
+        watch
+    }
+}
+
 impl NodeBed {
     /// The output of `args` in the node's namespaces ("" when it fails).
     fn exec_node(&self, args: &[&str]) -> String {
@@ -431,17 +488,34 @@ fn silent_port_forward(mut child: Child) -> Result<Duration, String> {
     })
 }
 
-/// The agent on the real node reaches both konnectivity servers through the
-/// shared ingress, and what a user runs through them works: `kubectl logs
+/// The agent on the real node reaches both konnectivity servers through
+/// haproxy-ingress, and what a user runs through them works: `kubectl logs
 /// -f`, `kubectl exec` (WebSocket and SPDY) and `kubectl port-forward`
 /// streams silent for 150 s, 20 logs and execs in a row, and all of it
 /// again after the server the API server uses restarts and the agent
-/// comes back to it.
+/// comes back to it; a pod's watch through the re-encrypting node proxy
+/// outlives the same silence. A route cut to one server on purpose is what
+/// the doctor reports.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn konnectivity_agent_on_a_real_node_reaches_both_servers_through_the_ingress() {
+    konnectivity_through(SharedIngress::HaproxyIngress, "reencrypt", 0).await;
+}
+
+/// The same through Traefik's CRD provider (the IngressRouteTCP our
+/// controller writes), with the node proxy in `pooled` mode carrying the
+/// pod's watch: here the server the API server does not dial restarts, so
+/// the agent's way back to it goes through Traefik alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn konnectivity_agent_on_a_real_node_reaches_both_servers_through_traefik() {
+    konnectivity_through(SharedIngress::TraefikCrd, "pooled", 1).await;
+}
+
+/// One run: `shared` as the shared ingress, the node proxy in `mode`, and
+/// server `restart` restarted once the streams are through.
+async fn konnectivity_through(shared: SharedIngress, mode: &str, restart: usize) {
     let konnectivity = bin_dir("konnectivity");
     let node_bin = realnode::bin_dir();
-    if !node_ready()
+    if !node_ready_with(shared)
         || !ready(
             &["curl", "timeout"],
             &[
@@ -481,10 +555,11 @@ async fn konnectivity_agent_on_a_real_node_reaches_both_servers_through_the_ingr
     )
     .unwrap();
     let nb = NodeBed::start_with(
+        shared,
         ProxyMode::Iptables,
         true,
         &[],
-        json!({"steering": "advertise-address", "mode": "reencrypt"}),
+        json!({"steering": "advertise-address", "mode": mode}),
         vec![
             format!("--egress-selector-config-file={}", egress.display()),
             // The agent dials what the API server names; the Node's
@@ -665,6 +740,34 @@ async fn konnectivity_agent_on_a_real_node_reaches_both_servers_through_the_ingr
         "test",
     )
     .await;
+    // The watching pod: its ServiceAccount may read its namespace (the
+    // `view` ClusterRole), and it reaches the API as every in-cluster
+    // client does, through `kubernetes.default.svc`: the node proxy.
+    for object in [
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": WATCH_NAMESPACE}}),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": WATCHER, "namespace": WATCH_NAMESPACE}}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": WATCHER, "namespace": WATCH_NAMESPACE},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+               "subjects": [{"kind": "ServiceAccount", "name": WATCHER, "namespace": WATCH_NAMESPACE}]}),
+        // It never restarts: a second watch would hide the end of the
+        // first.
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": WATCHER, "namespace": WATCH_NAMESPACE},
+               "spec": {"serviceAccountName": WATCHER,
+                        "restartPolicy": "Never",
+                        "tolerations": [{"operator": "Exists"}],
+                        "terminationGracePeriodSeconds": 0,
+                        "containers": [{"name": WATCHER, "image": USERPOD_IMAGE,
+                                        "imagePullPolicy": "Never",
+                                        "args": ["watch", WATCH_NAMESPACE, WATCHED],
+                                        "securityContext": {"runAsNonRoot": true, "allowPrivilegeEscalation": false,
+                                                            "capabilities": {"drop": ["ALL"]}}}]}}),
+    ] {
+        apply(&workload, object, "test").await;
+    }
+    let through = format!("the node proxy in mode {mode} and {shared}");
 
     let started = Instant::now();
     let (agent, each) = konn.connected_to_all("the agent's first connections").await;
@@ -699,7 +802,27 @@ async fn konnectivity_agent_on_a_real_node_reaches_both_servers_through_the_ingr
         })
         .await;
 
-    // Once through, then every stream at once and SILENCE once.
+    let watch_open = konn
+        .nb
+        .eventually(
+            &format!("the watching pod's watch open, through {through}"),
+            || async {
+                let watch = konn.watch_log();
+                if !watch.ended.is_empty() {
+                    konn.fail(&format!(
+                        "the watch through {through} ended before the silence: {:?}",
+                        watch.lines
+                    ));
+                }
+                watch.opened.first().cloned()
+            },
+        )
+        .await;
+    eprintln!("the watching pod, through {through}: {watch_open}");
+    let watch_opened = Instant::now();
+
+    // Once through, then every stream at once and SILENCE once (the watch
+    // is silent from now on too).
     tokio::task::block_in_place(|| konn.logs_and_exec("first call", 0));
     let streams = tokio::task::block_in_place(|| {
         std::thread::scope(|scope| {
@@ -737,11 +860,49 @@ async fn konnectivity_agent_on_a_real_node_reaches_both_servers_through_the_ingr
             ]
         })
     });
+    // The silence is over for the watch too: the ConfigMap it waits for,
+    // reported on the same watch, promptly.
+    let configmaps: Api<ConfigMap> = Api::namespaced(workload.clone(), WATCH_NAMESPACE);
+    let silent = watch_opened.elapsed();
+    configmaps
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": WATCHED}})).unwrap(),
+        )
+        .await
+        .unwrap_or_else(|e| konn.fail(&format!("creating ConfigMap {WATCHED}: {e}")));
+    let created = Instant::now();
+    let added = format!("ADDED {WATCHED}");
+    let watch = loop {
+        let watch = konn.watch_log();
+        if watch.events.contains(&added)
+            || !watch.ended.is_empty()
+            || created.elapsed() > WATCH_PROMPT
+        {
+            break watch;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let reported = created.elapsed();
+    let mut failures = Vec::new();
+    if !watch.events.contains(&added) || !watch.ended.is_empty() || watch.opened.len() != 1 {
+        failures.push(format!(
+            "the watch from pod {WATCH_NAMESPACE}/{WATCHER} on the node, through {through}, silent {silent:?}: wanted event {added:?} within {WATCH_PROMPT:?} on its one watch; it printed {:?}",
+            watch.lines
+        ));
+    } else {
+        eprintln!(
+            "the pod's watch through {through}: carried through {silent:?} of silence, reported the ConfigMap {reported:?} after its creation"
+        );
+    }
     for (what, result) in &streams {
         match result {
             Ok(elapsed) => eprintln!("{what}: carried through {elapsed:?} of silence"),
-            Err(e) => konn.fail(&format!("{what} through konnectivity: {e}")),
+            Err(e) => failures.push(format!("{what} through konnectivity and {shared}: {e}")),
         }
+    }
+    if !failures.is_empty() {
+        konn.fail(&failures.join("\n"));
     }
     for (what, result) in &streams {
         // The pod's silence began when it started, before the log stream
@@ -759,22 +920,24 @@ async fn konnectivity_agent_on_a_real_node_reaches_both_servers_through_the_ingr
         }
     }
 
-    // The server the API server dials restarts: the agent comes back to it
-    // (its connection to the other one stays) and calls work again.
+    // A server restarts: the agent comes back to it (its connection to
+    // the other one stays) and calls work again. Server 0 is the one the
+    // API server dials; server 1 only the agent, through the ingress.
     let mut konn = konn;
-    konn.servers[0].stop();
-    konn.servers[0].start();
+    let id = konn.servers[restart].id.clone();
+    konn.servers[restart].stop();
+    konn.servers[restart].start();
     let restarted = Instant::now();
     let (agent, each) = konn
-        .connected_to_all("the agent's return to server-0 after its restart")
+        .connected_to_all(&format!("the agent's return to {id} after its restart"))
         .await;
     eprintln!(
-        "after server-0's restart: the agent holds {agent} server connections; each server's ready agents {each:?} ({:?} after the restart)",
+        "after {id}'s restart: the agent holds {agent} server connections; each server's ready agents {each:?} ({:?} after the restart)",
         restarted.elapsed()
     );
     tokio::task::block_in_place(|| {
         for n in 21..=25 {
-            konn.logs_and_exec("after server-0's restart", n);
+            konn.logs_and_exec(&format!("after {id}'s restart"), n);
         }
     });
 

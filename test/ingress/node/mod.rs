@@ -7,20 +7,22 @@
 //!
 //! ```text
 //!  node (own mount, net, pid namespaces)                     host
-//!  pod (CNI bridge) ─┐
-//!  hostNetwork pod ──┴→ 10.96.0.1 ─kube-proxy→ hcp-ingress-proxy ──veth──→ haproxy-ingress ──SNI──→ tenant's
-//!  kubelet, kube-proxy ────────────────────────────────────────────────→   (our Ingress)           kube-apiserver
+//!  pod (CNI bridge) ─┐                                                     shared ingress:
+//!  hostNetwork pod ──┴→ 10.96.0.1 ─kube-proxy→ hcp-ingress-proxy ──veth──→ haproxy-ingress (our Ingress) ──SNI──→ tenant's
+//!  kubelet, kube-proxy ────────────────────────────────────────────────→   or Traefik (our IngressRouteTCP)    kube-apiserver
 //! ```
 //!
 //! The node's kubelet and kube-proxy reach the tenant's API server by its
 //! `apiHost` through the same shared ingress, as a hosted control plane's
-//! workers do. The pods are `hack/node/apicall`: an in-cluster client that
+//! workers do. The shared ingress is haproxy-ingress (every test but one)
+//! or Traefik's CRD provider ([`SharedIngress`]): the node reaches either
+//! only at the host's end of its veth, the one address it is bound to. The pods are `hack/node/apicall`: an in-cluster client that
 //! calls the API at `KUBERNETES_SERVICE_HOST` with its ServiceAccount token,
 //! verifying the certificate for the ClusterIP and for
 //! `kubernetes.default.svc` by turns, on a new connection per call, and logs
 //! each call; the tests read those logs from the node.
 
-use std::{path::PathBuf, time::Duration};
+use std::{fmt, net::SocketAddr, path::PathBuf, time::Duration};
 
 use hcp_ingress::render::{
     ROUTE_PREFIX, RouteKind,
@@ -41,12 +43,13 @@ mod tests;
 
 use crate::{
     bed::{API_HOST, Bed, CLUSTER, ready},
-    consumers::{Process, free_port, haproxy_ingress_files, start_haproxy_ingress},
-    whole_path::{apply_cpi, connect_workload},
+    consumers::{HOW_TO_BUILD, Process, free_port, haproxy_ingress_files, start_haproxy_ingress},
+    traefik,
+    whole_path::{apply_cpi_routed, connect_workload},
 };
 
-/// One node test at a time: each is two API servers, the controller,
-/// haproxy-ingress, containerd, a kubelet and its pods, on two cores.
+/// One node test at a time: each is two API servers, the controller, the
+/// shared ingress, containerd, a kubelet and its pods, on two cores.
 static ONE_NODE: Mutex<()> = Mutex::const_new(());
 
 /// The image hack/build-image-tarball.sh names (IMAGE:TAG).
@@ -66,29 +69,71 @@ fn image_tarball() -> PathBuf {
         .unwrap_or_else(|| crate::bed::repo().join("target/image/hcp-ingress-amd64.oci.tar"))
 }
 
-/// Whether the machine can run a node; under `CI=true` a missing piece fails.
+/// The shared ingress the node reaches the tenant's hosts through, on the
+/// host's end of the node's veth, as the platform runs it for every tenant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SharedIngress {
+    /// haproxy-ingress reading our Ingress (class `haproxy-ingress`), on
+    /// two addresses: the node's `host_address` and a second one.
+    HaproxyIngress,
+    /// Traefik's CRD provider reading the IngressRouteTCP our controller
+    /// writes (class `traefik`), its entry point on the node's
+    /// `host_address` alone: a different proxy between the node and the
+    /// tenant, with its own idle handling of long TCP connections.
+    TraefikCrd,
+}
+
+impl fmt::Display for SharedIngress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SharedIngress::HaproxyIngress => "haproxy-ingress",
+            SharedIngress::TraefikCrd => "Traefik (CRD provider, IngressRouteTCP)",
+        })
+    }
+}
+
+/// Whether the machine can run a node with haproxy-ingress; under
+/// `CI=true` a missing piece fails.
 fn node_ready() -> bool {
-    let mut files = haproxy_ingress_files();
+    node_ready_with(SharedIngress::HaproxyIngress)
+}
+
+/// Whether the machine can run a node with `shared` as its ingress.
+fn node_ready_with(shared: SharedIngress) -> bool {
+    let (mut commands, mut files) = match shared {
+        SharedIngress::HaproxyIngress => (vec!["haproxy"], haproxy_ingress_files()),
+        SharedIngress::TraefikCrd => (
+            Vec::new(),
+            vec![
+                (traefik::binary(), HOW_TO_BUILD),
+                (
+                    crate::consumers::bin_dir("traefik").join("crds"),
+                    HOW_TO_BUILD,
+                ),
+            ],
+        ),
+    };
+    commands.extend(["iptables", "nft", "unshare", "nsenter"]);
     files.extend(realnode::required_files());
     files.push((image_tarball(), "bash hack/build-image-tarball.sh"));
-    ready(
-        &["haproxy", "iptables", "nft", "unshare", "nsenter"],
-        &files,
-    )
+    ready(&commands, &files)
 }
 
 /// The bed, the node and the shared ingress the node reaches.
 struct NodeBed {
     node: Node,
+    /// Which shared ingress runs, named in failures.
+    shared: SharedIngress,
     ingress: Process,
     bed: Bed,
     /// The tenant's cluster, as its admin.
     workload: Client,
     /// The shared ingress's port, on the host's end of the node's veth.
     https: u16,
-    /// The ingress's second address there (the first is the node's
-    /// `host_address`, which the kubelet reaches the API at).
-    second: std::net::Ipv4Addr,
+    /// haproxy-ingress's second address there (the first is the node's
+    /// `host_address`, which the kubelet reaches the API at); Traefik has
+    /// none, its one entry point is bound to one address.
+    second: Option<std::net::Ipv4Addr>,
     _one: MutexGuard<'static, ()>,
 }
 
@@ -105,11 +150,21 @@ impl NodeBed {
         taints: &[&str],
         proxy: Value,
     ) -> NodeBed {
-        NodeBed::start_with(proxy_mode, cni, taints, proxy, Vec::new()).await
+        NodeBed::start_with(
+            SharedIngress::HaproxyIngress,
+            proxy_mode,
+            cni,
+            taints,
+            proxy,
+            Vec::new(),
+        )
+        .await
     }
 
-    /// [`NodeBed::start`] with more flags for the tenant's kube-apiserver.
+    /// [`NodeBed::start`] with `shared` as the shared ingress and more flags
+    /// for the tenant's kube-apiserver.
     async fn start_with(
+        shared: SharedIngress,
         proxy_mode: realnode::ProxyMode,
         cni: bool,
         taints: &[&str],
@@ -135,25 +190,65 @@ impl NodeBed {
         let node = tokio::task::block_in_place(|| Node::start(options))
             .unwrap_or_else(|e| panic!("the node: {e}"));
         let host = node.host_address;
-        let second = node
-            .add_host_address(3)
-            .unwrap_or_else(|e| panic!("a second ingress address: {e}"));
-        let ingress = start_haproxy_ingress(
-            &bed,
-            json!({"bind-https": format!("{host}:{https},{second}:{https}"),
-                   "bind-http": format!("127.0.0.1:{}", free_port())}),
-        )
-        .await;
+        let (ingress, second, class_name, route, kind) = match shared {
+            SharedIngress::HaproxyIngress => {
+                let second = node
+                    .add_host_address(3)
+                    .unwrap_or_else(|e| panic!("a second ingress address: {e}"));
+                let ingress = start_haproxy_ingress(
+                    &bed,
+                    json!({"bind-https": format!("{host}:{https},{second}:{https}"),
+                           "bind-http": format!("127.0.0.1:{}", free_port())}),
+                )
+                .await;
+                let route = json!({"controller": "haproxy-ingress"});
+                (
+                    ingress,
+                    Some(second),
+                    "haproxy-ingress",
+                    route,
+                    RouteKind::Ingress,
+                )
+            }
+            SharedIngress::TraefikCrd => {
+                // Traefik's kinds, installed after the bed started: the
+                // controller sees them and watches IngressRouteTCP too.
+                for path in traefik::crds() {
+                    let text = std::fs::read_to_string(&path)
+                        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                    bed.management
+                        .apply_crds(&text)
+                        .await
+                        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                }
+                // className `traefik` is also the CRD provider's class
+                // filter, which our route's class annotation must match.
+                let traefik = traefik::start_at(
+                    &bed,
+                    json!({"kubernetesCRD": {"ingressClass": "traefik"}}),
+                    SocketAddr::from((host, https)),
+                );
+                let route = json!({"controller": "traefik"});
+                (
+                    traefik.process,
+                    None,
+                    "traefik",
+                    route,
+                    RouteKind::IngressRouteTcp,
+                )
+            }
+        };
         connect_workload(&bed).await;
         let mut proxy = proxy;
         proxy["upstreams"] = json!([host.to_string()]);
         proxy["image"] = json!(IMAGE);
-        apply_cpi(&bed, https, proxy).await;
-        bed.route_written_by_controller(RouteKind::Ingress, &format!("{ROUTE_PREFIX}{CLUSTER}"))
+        apply_cpi_routed(&bed, https, proxy, class_name, route).await;
+        bed.route_written_by_controller(kind, &format!("{ROUTE_PREFIX}{CLUSTER}"))
             .await;
         let workload = bed.tenant.admin_client();
         NodeBed {
             node,
+            shared,
             ingress,
             bed,
             workload,
@@ -163,11 +258,13 @@ impl NodeBed {
         }
     }
 
-    /// Fails with the node's and the containers' logs.
+    /// Fails with the node's and the containers' logs, and the shared
+    /// ingress's.
     fn fail(&self, what: &str) -> ! {
         panic!(
-            "{what}\n{}\n--- haproxy-ingress\n{}",
+            "{what}\n{}\n--- the shared ingress: {}\n{}",
             self.node.diagnostics(),
+            self.shared,
             self.ingress.tail()
         )
     }

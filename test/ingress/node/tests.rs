@@ -84,15 +84,16 @@ async fn address_steering_on_a_real_kubelet_renews_and_rolls_without_a_failed_ca
     // address. Only the ConfigMap changes (no new revision): the kubelet
     // swaps the volume and the proxy dials the new address from then on.
     let pod_uid = pod.metadata.uid.clone();
+    let second = nb.second.expect("haproxy-ingress's second address");
     apply(
         &nb.bed.client,
         json!({"apiVersion": "hcp-ingress.dev/v1alpha1", "kind": "ControlPlaneIngress",
                "metadata": {"name": CLUSTER, "namespace": NS},
-               "spec": {"proxy": {"upstreams": [nb.second.to_string()]}}}),
+               "spec": {"proxy": {"upstreams": [second.to_string()]}}}),
         "test-user-upstreams",
     )
     .await;
-    let to_second = format!("src {}:{}", nb.second, nb.https);
+    let to_second = format!("src {second}:{}", nb.https);
     nb.eventually(
         "the proxy's connections to the ingress's second address",
         || async {
