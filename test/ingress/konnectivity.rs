@@ -32,9 +32,11 @@ use crate::{
 /// The server replicas behind the konnectivity Service, each started with
 /// `--server-count` this many.
 pub const SERVERS: u8 = 2;
-/// Each server's metrics port (`--admin-port`).
+/// Each server's metrics port (`--admin-port`), and the agent pod's admin
+/// port.
 pub const ADMIN_PORT: u16 = 8133;
-/// Each server's health port.
+/// Each server's health port, and the agent pod's (where it serves its
+/// metrics).
 pub const HEALTH_PORT: u16 = 8134;
 /// How to build the servers and the agent.
 const HOW_TO_BUILD: &str = "bash hack/consumers/build.sh konnectivity";
@@ -106,11 +108,16 @@ impl Server {
         server
     }
 
+    /// Starts the process (again, after [`Server::stop`]), as it ran.
     pub fn start(&mut self) {
         let bin = bin_dir("konnectivity").join("proxy-server");
         self.starts += 1;
         let log = self.dir.join(format!("{}.{}.log", self.id, self.starts));
         self.process = Some(Process::spawn(&bin, &self.args, &self.dir, log));
+    }
+
+    pub fn stop(&mut self) {
+        self.process = None;
     }
 
     /// The server's metrics, from its admin port.

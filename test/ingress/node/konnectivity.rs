@@ -35,39 +35,27 @@
 
 use std::{
     io::{BufRead, BufReader, Read, Write},
-    net::{Ipv4Addr, SocketAddr, TcpStream},
-    path::{Path, PathBuf},
+    net::TcpStream,
+    path::PathBuf,
     process::{Child, Command, Output, Stdio},
     time::{Duration, Instant},
 };
 
 use hcp_ingress::doctor::{Check, Verdict, checks::KONNECTIVITY_AGENT_SELECTOR};
-use k8s_openapi::api::{
-    core::v1::{ConfigMap, Pod},
-    discovery::v1::EndpointSlice,
-};
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use rcgen::{CertificateParams, DnType, Issuer, KeyPair};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, PostParams};
 use realnode::ProxyMode;
 use serde_json::json;
 
 use super::{NodeBed, SharedIngress, node_ready_with, pod_ready};
 use crate::{
-    bed::{
-        API_HOST, API_PORT, Bed, CLUSTER, KONNECTIVITY_HOST, KONNECTIVITY_PORT, NS, apply,
-        doctor_row, ready,
+    bed::{API_HOST, Bed, CLUSTER, KONNECTIVITY_HOST, apply, doctor_row, ready},
+    consumers::bin_dir,
+    konnectivity::{
+        ADMIN_PORT, HEALTH_PORT, SERVERS, Server, metric, route_konnectivity_to, write_server_cert,
     },
-    consumers::{Process, bin_dir},
 };
 
-/// The servers behind the konnectivity Service, each with `--server-count`
-/// this many.
-const SERVERS: u8 = 2;
-/// Each server's metrics port (`--admin-port`), and the agent's admin port.
-const ADMIN_PORT: u16 = 8133;
-/// Each server's health port, and the agent's (where it serves its
-/// metrics).
-const HEALTH_PORT: u16 = 8134;
 /// Where the agent's ServiceAccount lives, as the servers expect it.
 const AGENT_NAMESPACE: &str = "kube-system";
 const AGENT_ACCOUNT: &str = "konnectivity-agent";
@@ -109,93 +97,6 @@ fn version() -> String {
 
 fn agent_image() -> String {
     format!("hcp-ingress.test/konnectivity-agent:{}", version())
-}
-
-/// One proxy-server process: its flags, so it restarts as it ran.
-struct Server {
-    id: String,
-    address: Ipv4Addr,
-    args: Vec<String>,
-    dir: PathBuf,
-    starts: u32,
-    process: Option<Process>,
-}
-
-impl Server {
-    fn start(&mut self) {
-        let bin = bin_dir("konnectivity").join("proxy-server");
-        self.starts += 1;
-        let log = self.dir.join(format!("{}.{}.log", self.id, self.starts));
-        self.process = Some(Process::spawn(&bin, &self.args, &self.dir, log));
-    }
-
-    fn stop(&mut self) {
-        self.process = None;
-    }
-
-    /// The server's metrics, from its admin port.
-    fn metrics(&self) -> Option<String> {
-        http_get(SocketAddr::from((self.address, ADMIN_PORT)), "/metrics")
-    }
-
-    /// Agents this server holds a ready connection of.
-    fn agents(&self) -> Option<f64> {
-        metric(
-            &self.metrics()?,
-            "konnectivity_network_proxy_server_ready_backend_connections",
-        )
-    }
-
-    fn tail(&self) -> String {
-        self.process
-            .as_ref()
-            .map(Process::tail)
-            .unwrap_or_else(|| "(stopped)".into())
-    }
-}
-
-/// A plain HTTP/1.0 GET (the servers' metrics are plain HTTP); the body.
-fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).ok()?;
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200")
-        .then(|| body.to_string())
-        .or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_string()))
-}
-
-/// The sum of every series of `name` in a Prometheus text exposition.
-fn metric(text: &str, name: &str) -> Option<f64> {
-    let values: Vec<f64> = text
-        .lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
-        .collect();
-    (!values.is_empty()).then(|| values.iter().sum())
-}
-
-/// A serving certificate of the tenant's CA for `KONNECTIVITY_HOST`: what
-/// the agent verifies (SNI and name both come from `--proxy-server-host`).
-fn server_cert(ca_pem: &str, ca_key_pem: &str, dir: &Path) -> (PathBuf, PathBuf) {
-    let ca_key = KeyPair::from_pem(ca_key_pem).unwrap();
-    let issuer = Issuer::from_ca_cert_pem(ca_pem, ca_key).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(vec![KONNECTIVITY_HOST.to_string()]).unwrap();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "konnectivity-server");
-    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
-    let cert = params.signed_by(&key, &issuer).unwrap();
-    let (crt, pem) = (dir.join("cluster.crt"), dir.join("cluster.key"));
-    std::fs::write(&crt, cert.pem()).unwrap();
-    std::fs::write(&pem, key.serialize_pem()).unwrap();
-    (crt, pem)
 }
 
 /// The bed with the servers and the agent; everything the failures print.
@@ -580,7 +481,7 @@ async fn konnectivity_through(shared: SharedIngress, mode: &str, restart: usize)
     // The servers, each on its own address of the host (the ingress dials
     // them; kube-apiserver refuses loopback endpoints), both behind the
     // konnectivity port of the tenant's Service.
-    let (cert, key) = server_cert(
+    let (cert, key) = write_server_cert(
         nb.bed.tenant.ca_pem(),
         nb.bed.tenant.ca_key_pem(),
         dir.path(),
@@ -592,51 +493,28 @@ async fn konnectivity_through(shared: SharedIngress, mode: &str, restart: usize)
             .node
             .add_host_address(4 + i)
             .unwrap_or_else(|e| nb.fail(&format!("an address for server {i}: {e}")));
-        let id = format!("server-{i}");
-        let args = vec![
-            "--mode=grpc".into(),
-            format!("--uds-name={}", uds(i).display()),
-            "--delete-existing-uds-file".into(),
-            "--server-port=0".into(),
-            format!("--cluster-cert={}", cert.display()),
-            format!("--cluster-key={}", key.display()),
-            format!("--agent-port={KONNECTIVITY_PORT}"),
-            format!("--agent-bind-address={address}"),
-            format!("--admin-port={ADMIN_PORT}"),
-            format!("--admin-bind-address={address}"),
-            format!("--health-port={HEALTH_PORT}"),
-            format!("--health-bind-address={address}"),
-            format!("--server-id={id}"),
-            format!("--server-count={SERVERS}"),
+        // Each server reviews the agent's token against the tenant's API
+        // server, as k0smotron and Kamaji run them.
+        let auth = vec![
             format!("--kubeconfig={}", kubeconfig.display()),
             format!("--authentication-audience={AUDIENCE}"),
             format!("--agent-namespace={AGENT_NAMESPACE}"),
             format!("--agent-service-account={AGENT_ACCOUNT}"),
-            "--v=2".into(),
         ];
-        let mut server = Server {
-            id,
+        servers.push(Server::start_new(
+            i,
             address,
-            args,
-            dir: dir.path().to_path_buf(),
-            starts: 0,
-            process: None,
-        };
-        server.start();
-        servers.push(server);
+            &uds(i),
+            (&cert, &key),
+            auth,
+            dir.path(),
+        ));
     }
-    // What a control plane provider writes: the konnectivity port's
-    // endpoints are the servers (the bed's slice keeps the API port).
-    let slices: Api<EndpointSlice> = Api::namespaced(nb.bed.client.clone(), NS);
-    slices
-        .patch(
-            &format!("{CLUSTER}-backends"),
-            &PatchParams::default(),
-            &Patch::Merge(json!({"ports": [{"name": "api", "port": API_PORT, "protocol": "TCP"}]})),
-        )
-        .await
-        .unwrap();
-    route_konnectivity_to(&nb.bed, &servers.iter().collect::<Vec<_>>()).await;
+    route_konnectivity_to(
+        &nb.bed,
+        &servers.iter().map(|s| s.address).collect::<Vec<_>>(),
+    )
+    .await;
 
     // kubectl from outside, through the ingress by `apiHost`.
     let client_dir = dir.path();
@@ -945,7 +823,7 @@ async fn konnectivity_through(shared: SharedIngress, mode: &str, restart: usize)
     // server-0, then server-1 restarts. The agent loses its connection to
     // server-1 and every new dial lands on server-0 again: it knows of two
     // servers and holds one, and the doctor says so, naming the agent.
-    route_konnectivity_to(&konn.nb.bed, &[&konn.servers[0]]).await;
+    route_konnectivity_to(&konn.nb.bed, &[konn.servers[0].address]).await;
     konn.servers[1].stop();
     konn.servers[1].start();
     let check = konn
@@ -968,30 +846,6 @@ async fn konnectivity_through(shared: SharedIngress, mode: &str, restart: usize)
     let Konn { nb, servers, .. } = konn;
     drop(servers);
     nb.finish().await;
-}
-
-/// What a control plane provider writes: the konnectivity port's endpoints
-/// are `servers` (the bed's own slice keeps the API port).
-async fn route_konnectivity_to(bed: &Bed, servers: &[&Server]) {
-    let endpoints: Vec<_> = servers
-        .iter()
-        .map(|s| {
-            json!({"addresses": [s.address.to_string()],
-                   "conditions": {"ready": true, "serving": true, "terminating": false}})
-        })
-        .collect();
-    apply(
-        &bed.client,
-        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-               "metadata": {"name": format!("{CLUSTER}-konnectivity"), "namespace": NS,
-                            "labels": {"kubernetes.io/service-name": CLUSTER,
-                                       "endpointslice.kubernetes.io/managed-by": "hcp-ingress-test"}},
-               "addressType": "IPv4",
-               "endpoints": endpoints,
-               "ports": [{"name": "konnectivity", "port": KONNECTIVITY_PORT, "protocol": "TCP"}]}),
-        "test",
-    )
-    .await;
 }
 
 /// The doctor's `konnectivity` row for the tenant's ControlPlaneIngress.
