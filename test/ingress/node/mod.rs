@@ -16,7 +16,8 @@
 //! `apiHost` through the same shared ingress, as a hosted control plane's
 //! workers do. The shared ingress is haproxy-ingress (every test but one)
 //! or Traefik's CRD provider ([`SharedIngress`]): the node reaches either
-//! only at the host's end of its veth, the one address it is bound to. The pods are `hack/node/apicall`: an in-cluster client that
+//! only at the host's end of its veth, the one address it is bound to.
+//! The pods are `hack/node/apicall`: an in-cluster client that
 //! calls the API at `KUBERNETES_SERVICE_HOST` with its ServiceAccount token,
 //! verifying the certificate for the ClusterIP and for
 //! `kubernetes.default.svc` by turns, on a new connection per call, and logs
