@@ -289,11 +289,12 @@ impl Bed {
     /// EndpointSlices) and kube-scheduler run, the Node authorizer is on, and
     /// it writes no endpoints of its own for `default/kubernetes`
     /// (`--endpoint-reconciler-type=none`, as hosted control planes run it):
-    /// the steering is the controller's alone. `apiserver_args` are more
-    /// flags for the tenant's kube-apiserver (its egress through a
+    /// the steering is the controller's alone. `extra_crds` are the shared
+    /// ingress's own CRD files, as for [`Bed::start`]; `apiserver_args`
+    /// are more flags for the tenant's kube-apiserver (its egress through a
     /// konnectivity server).
-    pub async fn start_for_nodes(apiserver_args: Vec<String>) -> Bed {
-        Bed::start_inner(&[], false, true, apiserver_args).await
+    pub async fn start_for_nodes(extra_crds: &[PathBuf], apiserver_args: Vec<String>) -> Bed {
+        Bed::start_inner(extra_crds, false, true, apiserver_args).await
     }
 
     /// Start the bed with `own_crds` in place of the files of

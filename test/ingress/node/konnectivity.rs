@@ -47,7 +47,7 @@ use kube::api::{Api, PostParams};
 use realnode::ProxyMode;
 use serde_json::json;
 
-use super::{NodeBed, SharedIngress, node_ready_with, pod_ready};
+use super::{NodeBed, SharedIngress, cri_lines, node_ready_with, pod_ready};
 use crate::{
     bed::{API_HOST, Bed, CLUSTER, KONNECTIVITY_HOST, apply, doctor_row, ready},
     consumers::bin_dir,
@@ -282,11 +282,10 @@ struct WatchLog {
 }
 
 impl WatchLog {
-    /// Parses CRI log lines: `<time> <stream> <tag> <userpod's line>`.
+    /// Parses userpod's lines of its CRI log.
     fn parse(log: &str) -> WatchLog {
         let mut watch = WatchLog::default();
-        for line in log.lines() {
-            let text = line.splitn(4, ' ').nth(3).unwrap_or_default().to_string();
+        for text in cri_lines(log).map(str::to_string) {
             if text.starts_with("watch open ") {
                 watch.opened.push(text.clone());
             } else if let Some(event) = text.strip_prefix("event ") {

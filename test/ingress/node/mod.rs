@@ -173,7 +173,13 @@ impl NodeBed {
         apiserver_args: Vec<String>,
     ) -> NodeBed {
         let one = ONE_NODE.lock().await;
-        let bed = Bed::start_for_nodes(apiserver_args).await;
+        // Traefik's kinds are the management cluster's from the start, as
+        // for its own tests: the controller watches IngressRouteTCP at once.
+        let crds = match shared {
+            SharedIngress::HaproxyIngress => Vec::new(),
+            SharedIngress::TraefikCrd => traefik::crds(),
+        };
+        let bed = Bed::start_for_nodes(&crds, apiserver_args).await;
         let https = realkube::free_port();
         let options = realnode::Options {
             name: WORKER.into(),
@@ -212,16 +218,6 @@ impl NodeBed {
                 )
             }
             SharedIngress::TraefikCrd => {
-                // Traefik's kinds, installed after the bed started: the
-                // controller sees them and watches IngressRouteTCP too.
-                for path in traefik::crds() {
-                    let text = std::fs::read_to_string(&path)
-                        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-                    bed.management
-                        .apply_crds(&text)
-                        .await
-                        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-                }
                 // className `traefik` is also the CRD provider's class
                 // filter, which our route's class annotation must match.
                 let traefik = traefik::start_at(
@@ -437,6 +433,12 @@ impl NodeBed {
     }
 }
 
+/// The container's own lines of a CRI log: `<time> <stream> <tag> <line>`.
+fn cri_lines(log: &str) -> impl Iterator<Item = &str> {
+    log.lines()
+        .map(|line| line.splitn(4, ' ').nth(3).unwrap_or_default())
+}
+
 /// What one client pod's log says.
 #[derive(Debug, Default)]
 struct Calls {
@@ -449,11 +451,10 @@ struct Calls {
 }
 
 impl Calls {
-    /// Parses CRI log lines: `<time> <stream> <tag> <apicall's line>`.
+    /// Parses apicall's lines of its CRI log.
     fn parse(log: &str) -> Calls {
         let mut calls = Calls::default();
-        for line in log.lines() {
-            let text = line.splitn(4, ' ').nth(3).unwrap_or_default();
+        for text in cri_lines(log) {
             let fields: Vec<&str> = text.split_whitespace().collect();
             match fields.as_slice() {
                 ["ok", _, name, leaf, ..] => {
