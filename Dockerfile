@@ -2,10 +2,12 @@
 # One image for the controller and the node proxy: static (musl) binaries on
 # distroless/static, non-root. Multi-arch: build with
 #   docker buildx build --platform linux/amd64,linux/arm64 .
-# (hack/build-image.sh, the release workflow). The build stage runs on the
-# builder's own platform and cross-compiles for TARGETARCH, so no emulation
-# is needed. Without Docker, hack/build-image-tarball.sh builds the final
-# stage as an OCI tarball; test/release/image.rs keeps the two equal.
+# (hack/build-image.sh). The build stage runs on the builder's own platform
+# and cross-compiles for TARGETARCH, so no emulation is needed. Without
+# Docker, hack/build-image-tarball.sh builds the final stage as an OCI
+# tarball per platform and hack/build-image-index.sh the index of both: what
+# CI tests and the release workflow pushes. test/release/image.rs keeps
+# this file and that tarball equal.
 
 FROM --platform=$BUILDPLATFORM rust:1.95-bookworm AS build
 ARG TARGETARCH

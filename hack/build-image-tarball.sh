@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The image without Docker: the Dockerfile's final stage, for linux/amd64, as
-# an OCI image layout in a tar (`ctr -n k8s.io images import`, `skopeo copy
+# The image without Docker: the Dockerfile's final stage, for linux/$ARCH
+# (amd64, the default, or arm64), as an OCI image layout in a tar (`ctr -n k8s.io images import`, `skopeo copy
 # oci-archive:...`), from the static musl binaries that
 # hack/check-image-proxy.sh builds and checks (one build for both scripts).
 # The layout stands in for gcr.io/distroless/static-debian12:nonroot: its
@@ -10,10 +10,13 @@
 # so the same binaries at the same commit give the same digest.
 # `cargo test --test release` (image.rs) fails when this and the Dockerfile differ.
 #
-#   OUT=target/image/hcp-ingress-amd64.oci.tar   the tarball to write
+#   ARCH=amd64                                   the platform: amd64 or arm64
+#   OUT=target/image/hcp-ingress-$ARCH.oci.tar   the tarball to write
+#   (hack/build-image-index.sh puts both platforms' in one image index)
 #   IMAGE=ghcr.io/hcp-ingress/hcp-ingress        repository, and TAG=dev: the name it imports as
 #   BIN_DIR=...        hcp-ingress and hcp-ingress-proxy from there instead of
-#                      building them (default: hack/check-image-proxy.sh's build)
+#                      building them (default: hack/check-image-proxy.sh's build
+#                      for ARCH)
 #   CA_BUNDLE=...      the CA bundle (default: built from the certificates of
 #                      Debian's ca-certificates package, as distroless does; the
 #                      host's own /etc/ssl/certs bundle may hold local CAs)
@@ -21,12 +24,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-OUT="${OUT:-target/image/hcp-ingress-amd64.oci.tar}"
+ARCH="${ARCH:-amd64}"
+case "$ARCH" in amd64|arm64) ;; *) echo "build-image-tarball: ARCH=$ARCH: amd64 or arm64" >&2; exit 1 ;; esac
+OUT="${OUT:-target/image/hcp-ingress-$ARCH.oci.tar}"
 IMAGE="${IMAGE:-ghcr.io/hcp-ingress/hcp-ingress}"
 TAG="${TAG:-dev}"
 SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}"
 REVISION="${REVISION:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
-BIN_DIR="${BIN_DIR:-$(bash hack/check-image-proxy.sh)}"
+BIN_DIR="${BIN_DIR:-$(ARCH="$ARCH" bash hack/check-image-proxy.sh)}"
 
 fail() { echo "build-image-tarball: $*" >&2; exit 1; }
 for bin in hcp-ingress hcp-ingress-proxy; do
@@ -61,7 +66,7 @@ labels=(
   "org.opencontainers.image.revision=$REVISION"
 )
 args=(
-  -out "$work/layout" -name "$IMAGE:$TAG" -created "$SOURCE_DATE_EPOCH" -os linux -arch amd64
+  -out "$work/layout" -name "$IMAGE:$TAG" -created "$SOURCE_DATE_EPOCH" -os linux -arch "$ARCH"
   -created-by "hack/build-image-tarball.sh"
   # The Dockerfile's COPYs: root-owned, readable and executable by all.
   -entry "file /hcp-ingress 0755 0:0 $BIN_DIR/hcp-ingress"
@@ -86,12 +91,8 @@ args+=("${extra[@]}")
 tool="$(bash hack/install-tool.sh ociimage)"
 written="$("$tool" "${args[@]}")"
 read -r name digest <<<"$written"
-mkdir -p "$(dirname "$OUT")"
-# The layout as a tar with nothing of this machine in it: names in order,
-# one time, root-owned, 0644 files and 0755 folders.
-tar --create --file "$OUT.tmp" --directory "$work/layout" --format=ustar --sort=name \
-  --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner --mode=a=r,u+w,a+X \
-  oci-layout index.json blobs
-mv "$OUT.tmp" "$OUT"
-echo "build-image-tarball: $OUT ($(du -h "$OUT" | cut -f1), sha256 $(sha256sum "$OUT" | cut -c1-64)): $name, manifest $digest, linux/amd64; CA certificates from $ca_from" >&2
+# shellcheck source=lib/layout-tar.sh
+. hack/lib/layout-tar.sh
+layout_tar "$work/layout" "$OUT" "$SOURCE_DATE_EPOCH"
+echo "build-image-tarball: $OUT ($(du -h "$OUT" | cut -f1), sha256 $(sha256sum "$OUT" | cut -c1-64)): $name, manifest $digest, linux/$ARCH; CA certificates from $ca_from" >&2
 echo "$OUT"

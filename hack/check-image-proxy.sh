@@ -1,16 +1,35 @@
 #!/usr/bin/env bash
 # The image's binaries as the image builds them (release, static musl, fat
-# LTO, `cargo auditable`): they link, they run, and they are what
-# docs/security.md and docs/proxy.md say they are: static PIEs with RELRO and
-# BIND_NOW and packed relative relocations, with one crypto provider (aws-lc)
-# and no ring linked in, carrying their dependency list (.dep-v0) where image
-# scanners read it, and the node binary's list names only the proxy's
-# crates: no kube, no k8s-openapi, nothing the proxy crate does not depend
-# on. Prints the folder holding them, which hack/build-image-tarball.sh packs.
-# Run by hack/test.sh; two release builds, minutes.
+# LTO, `cargo auditable`), for ARCH (amd64, the default, or arm64): they
+# link, they run (arm64 under Debian's qemu-user-static), and they are what
+# docs/security.md and docs/proxy.md say they are: static executables with
+# RELRO, and on amd64 static PIEs with BIND_NOW and packed relative
+# relocations (rustc's aarch64 musl target links no static PIE), with one
+# crypto provider (aws-lc) and no ring linked in, carrying their dependency
+# list (.dep-v0) where image scanners read it, and the node binary's list
+# names only the proxy's crates: no kube, no k8s-openapi, nothing the proxy
+# crate does not depend on. Prints the folder holding them, which
+# hack/build-image-tarball.sh packs.
+# Run by hack/test.sh; two release builds, minutes. arm64 cross-compiles
+# with Debian's gcc-aarch64-linux-gnu (C dependencies: aws-lc, mimalloc) as
+# compiler and linker, as the Dockerfile's build stage does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-T=x86_64-unknown-linux-musl
+ARCH="${ARCH:-amd64}"
+run=() objcopy=objcopy
+case "$ARCH" in
+  amd64) T=x86_64-unknown-linux-musl; machine='Advanced Micro Devices X86-64' ;;
+  arm64)
+    T=aarch64-unknown-linux-musl; machine=AArch64
+    export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=aarch64-linux-gnu-gcc
+    export CC_aarch64_unknown_linux_musl=aarch64-linux-gnu-gcc
+    for tool in aarch64-linux-gnu-gcc aarch64-linux-gnu-objcopy qemu-aarch64-static; do
+      command -v "$tool" >/dev/null || { echo "check-image-proxy: ARCH=arm64 needs $tool (Debian: gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static)" >&2; exit 1; }
+    done
+    # The host's objcopy reads only its own architecture's files.
+    run=(qemu-aarch64-static) objcopy=aarch64-linux-gnu-objcopy ;;
+  *) echo "check-image-proxy: ARCH=$ARCH: amd64 or arm64" >&2; exit 1 ;;
+esac
 TD=${CARGO_TARGET_DIR:-target}
 rustup target list --installed | grep -qx "$T" || rustup target add "$T"
 # The version the Dockerfile installs too (test/release/image.rs compares them).
@@ -52,17 +71,20 @@ for BIN in "$DIR/hcp-ingress" "$DIR/hcp-ingress-proxy"; do
   cargo tree --locked -p "$pkg" --target "$T" -e normal,build --prefix none -f '{p}' \
     | awk '{print $1, substr($2, 2)}' | sort -u >"$scratch/built"
 
-  "$BIN" --version >/dev/null || fail "does not run"
-  readelf -hW "$BIN" | grep -q 'Type: *DYN' || fail "not a position-independent executable"
+  "${run[@]}" "$BIN" --version >/dev/null || fail "does not run"
+  readelf -hW "$BIN" | grep -q "Machine: *$machine\$" || fail "not an $ARCH binary: $(readelf -hW "$BIN" | grep Machine:)"
   ! readelf -lW "$BIN" | grep -q INTERP || fail "has a program interpreter: not static"
   readelf -lW "$BIN" | grep -q GNU_RELRO || fail "no RELRO segment"
-  readelf -dW "$BIN" | grep -q 'FLAGS.*BIND_NOW' || fail "not linked with -z now"
-  readelf -dW "$BIN" | grep -q '(RELR)' || fail "relative relocations not packed (-z pack-relative-relocs)"
+  if [[ "$ARCH" == amd64 ]]; then
+    readelf -hW "$BIN" | grep -q 'Type: *DYN' || fail "not a position-independent executable"
+    readelf -dW "$BIN" | grep -q 'FLAGS.*BIND_NOW' || fail "not linked with -z now"
+    readelf -dW "$BIN" | grep -q '(RELR)' || fail "relative relocations not packed (-z pack-relative-relocs)"
+  fi
   # What Trivy, Grype and Syft read in a Rust binary: the section cargo
   # auditable writes, zlib-compressed JSON of the packages built into it.
   # The binaries are stripped, so it is also the only list they carry.
   readelf -SW "$BIN" | grep -q ' \.dep-v0 ' || fail "no .dep-v0 section: not built with cargo auditable"
-  objcopy --dump-section .dep-v0="$scratch/dep-v0" "$BIN" "$scratch/copy"
+  "$objcopy" --dump-section .dep-v0="$scratch/dep-v0" "$BIN" "$scratch/copy"
   # Nothing linked may be missing from the list. For the node binary, also
   # nothing else may be on it: no Kubernetes crate, nothing its package
   # does not build. cargo auditable 0.7 lists what `cargo metadata`
@@ -99,6 +121,8 @@ if pkg == "hcp-ingress-proxy":
 print("; ".join(problems) or "%d packages (%d runtime), all %d linked" % (len(every), len(listed), len(linked)))
 sys.exit(1 if problems else 0)
 ' "$pkg" "$version" "$scratch/dep-v0" "$scratch/linked" "$scratch/built" >"$scratch/said" || fail ".dep-v0: $(cat "$scratch/said")"
-  echo "check-image-proxy: $BIN ($(stat -c %s "$BIN") bytes): static PIE, RELRO, BIND_NOW, RELR, aws-lc without ring, .dep-v0 lists $(cat "$scratch/said"): ok" >&2
+  what="static PIE, RELRO, BIND_NOW, RELR"
+  [[ "$ARCH" == amd64 ]] || what="static $machine, RELRO"
+  echo "check-image-proxy: $BIN ($(stat -c %s "$BIN") bytes): $what, aws-lc without ring, .dep-v0 lists $(cat "$scratch/said"): ok" >&2
 done
 echo "$DIR"

@@ -7,6 +7,9 @@
 # wrk, python3: benchmark rig; openssl, curl: certificates and probes;
 # dnsmasq-base: a real DNS server for the doctor test (no system service);
 # musl-tools: the image's static build (hack/check-image-proxy.sh);
+# gcc-aarch64-linux-gnu + libc6-dev-arm64-cross: its arm64 build (the C of
+# aws-lc and mimalloc, and the link), qemu-user-static: the arm64 binaries
+# and the node proxy's tests run under it;
 # the shellcheck package: actionlint checks the release workflow's scripts with it;
 # python3-venv: the virtualenvs below and lychee's (hack/install-tool.sh);
 # lua-json: the json module haproxy-ingress's Lua loads (Debian's HAProxy 2.6
@@ -22,7 +25,8 @@ SUDO=""
 step "Debian packages" bash "$(dirname "$0")/install-run-deps.sh"
 step "Debian packages (tests)" $SUDO apt-get install -y --no-install-recommends \
   haproxy nginx libnginx-mod-stream iproute2 iptables nftables wrk openssl python3 ca-certificates curl dnsmasq-base musl-tools lua-json \
-  shellcheck runc containernetworking-plugins python3-venv
+  shellcheck runc containernetworking-plugins python3-venv \
+  gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static
 # The packages start system services; tests start their own instances.
 $SUDO service haproxy stop >/dev/null 2>&1 || true
 $SUDO service nginx stop >/dev/null 2>&1 || true

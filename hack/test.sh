@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The test command of the README: the programs the tests run
 # (hack/test-tools.sh), format, lints, the dependency audit, the image's
-# build (hack/check-image-proxy.sh, then hack/build-image-tarball.sh packs
-# those binaries as the image), then every test of the workspace and the
-# real-cluster tests again on the oldest releases we support (the version
-# matrix, docs/compatibility.md), two test binaries at a time
-# (hack/run-tests.py). Prints where the time went at the end.
+# build for amd64 and arm64 (hack/check-image-proxy.sh, then
+# hack/build-image-tarball.sh packs those binaries as each platform's image
+# and hack/build-image-index.sh both as the release's image index), then
+# every test of the workspace (the node proxy's also as its arm64 build,
+# under qemu) and the real-cluster tests again on the oldest releases we
+# support (the version matrix, docs/compatibility.md), two test binaries at
+# a time (hack/run-tests.py). Prints where the time went at the end.
 # Installs the test peers (haproxy, nginx, iptables, ...) first when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +18,7 @@ cd "$(dirname "$0")/.."
 # takes about 3 GB of it, the image's static and release builds 1 GB more;
 # a run that fails on a full disk says so here.
 df -h . >&2 || true
-for tool in haproxy nginx iptables nft ip wrk dnsmasq cargo-deny musl-gcc shellcheck runc; do
+for tool in haproxy nginx iptables nft ip wrk dnsmasq cargo-deny musl-gcc shellcheck runc aarch64-linux-gnu-gcc qemu-aarch64-static; do
   command -v "$tool" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v "$tool" >/dev/null 2>&1 || {
     echo "hack/test.sh: $tool is missing, installing the test peers" >&2
     bash hack/install-test-deps.sh
@@ -56,20 +58,40 @@ step "hack/book.sh" bash hack/book.sh
 # and on beside the first tests: only the tests that run the image wait for
 # it (the job `image` below, which passes when the image is built). Then the
 # image without Docker, from those same binaries; test/release/image.rs
-# checks it against the Dockerfile.
+# checks it against the Dockerfile. After it, the same for linux/arm64
+# (cross-compiled, the same target folder: the build scripts and
+# proc-macros, built for this host, are shared) and the image index of both,
+# what the release workflow pushes (test/release/index.rs checks it).
 HCP_IMAGE_TARBALL="$PWD/target/image/hcp-ingress-amd64.oci.tar"
-export HCP_IMAGE_TARBALL
+HCP_IMAGE_INDEX_TARBALL="$PWD/target/image/hcp-ingress.oci.tar"
+export HCP_IMAGE_TARBALL HCP_IMAGE_INDEX_TARBALL
+arm64_tarball="$PWD/target/image/hcp-ingress-arm64.oci.tar"
 image_dir="$(mktemp -d)"
+# arm64's build runs at a lower priority: the tests it runs beside come
+# first, it takes the cores while they wait (on API servers, leases, idle
+# connections held open).
 build_image() {
-  step "hack/check-image-proxy.sh (the image's musl release build)" \
-    env CARGO_TARGET_DIR=target/image-build bash hack/check-image-proxy.sh >"$image_dir/bins" || return
-  step "hack/build-image-tarball.sh" \
-    env BIN_DIR="$(cat "$image_dir/bins")" OUT="$HCP_IMAGE_TARBALL" bash hack/build-image-tarball.sh >/dev/null
+  local arch="$1" what="(the image's musl release build)" nice=0
+  [[ "$arch" == amd64 ]] || { what="(the image's musl release build, $arch)"; nice=10; }
+  step "hack/check-image-proxy.sh $what" \
+    env ARCH="$arch" CARGO_TARGET_DIR=target/image-build nice -n "$nice" bash hack/check-image-proxy.sh >"$image_dir/bins-$arch" || return
+  local out="$HCP_IMAGE_TARBALL"
+  [[ "$arch" == amd64 ]] || out="$arm64_tarball"
+  step "hack/build-image-tarball.sh ($arch)" \
+    env ARCH="$arch" BIN_DIR="$(cat "$image_dir/bins-$arch")" OUT="$out" bash hack/build-image-tarball.sh >/dev/null
 }
-# The exit code, written when done (renamed into place: a reader never sees
-# it half written).
-{ if build_image; then rc=0; else rc=$?; fi
-  echo "$rc" >"$image_dir/rc.tmp" && mv "$image_dir/rc.tmp" "$image_dir/rc"; } & image=$!
+build_arm64_and_index() {
+  build_image arm64 || return
+  step "hack/build-image-index.sh" \
+    env OUT="$HCP_IMAGE_INDEX_TARBALL" bash hack/build-image-index.sh "$HCP_IMAGE_TARBALL" "$arm64_tarball" >/dev/null
+}
+# Each exit code, written when done (renamed into place: a reader never
+# sees it half written).
+exit_code() { echo "$2" >"$image_dir/$1.tmp" && mv "$image_dir/$1.tmp" "$image_dir/$1"; }
+{ if build_image amd64; then rc=0; else rc=$?; fi
+  exit_code rc "$rc"
+  if (( rc == 0 )) && build_arm64_and_index; then rc=0; else rc=1; fi
+  exit_code rc-arm64 "$rc"; } & image=$!
 step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
 step "hack/audit.sh" bash hack/audit.sh
 step "cargo test --no-run (the test build)" cargo test --workspace --locked --no-run
@@ -109,6 +131,8 @@ matrix_controller+=" --skip taking_the_node_proxy_over_from_k0smotron_keeps_pods
 # The image's build is still running when the tests start: the job `image`
 # waits for it and passes or fails with it; the jobs that run the image (the
 # real node's tests in @ingress, the image's checks in @release) need it.
+arm64_e2e="haproxy_ingress_reencrypts_no_sni passthrough_mode_forwards_bytes_untouched proxy_protocol_mode_routes_on_the_authority_tlv"
+arm64_e2e+=" pooled_mode_gives_upgrades_a_dedicated_connection rotated_certificate_serves_the_next_handshake"
 tests_rc=0
 step "tests (hack/run-tests.py, two lanes)" python3 hack/run-tests.py --lanes 2 <<JOBS || tests_rc=$?
 image -- bash hack/lib/await-exit-code.sh $image_dir/rc
@@ -124,13 +148,24 @@ matrix:controller-data-path needs=main:controller-data-path $matrix -- @controll
 matrix:ingress needs=main:ingress $matrix -- @ingress --skip with_kube_proxy_in_nftables_mode
 main:capi -- @capi
 main:chart -- @chart
-main:release needs=image -- @release
+# The node proxy built for arm64 (the image's binary), under Debian's
+# qemu-user-static: its crate's unit tests, and the end-to-end runs that
+# matter on a node: TLS re-encrypted with the SNI it adds and passed
+# through, the PROXY header, pooled HTTP/2 with an upgrade, and a
+# certificate and config reload. The amd64 binary runs every test of
+# the binary (main:proxy_e2e).
+arm64:proxy-lib nice=10 CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=aarch64-linux-gnu-gcc CC_aarch64_unknown_linux_musl=aarch64-linux-gnu-gcc CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_RUNNER=qemu-aarch64-static -- cargo test --locked --target aarch64-unknown-linux-musl -p hcp-ingress-proxy --lib
+main:proxy_e2e -- @proxy_e2e
 main -- @*
+image-arm64 -- bash hack/lib/await-exit-code.sh $image_dir/rc-arm64
+arm64:proxy_e2e needs=image-arm64 HCP_E2E_PROXY_BIN=$PWD/target/image-build/aarch64-unknown-linux-musl/release/hcp-ingress-proxy HCP_E2E_PROXY_RUNNER=qemu-aarch64-static -- @proxy_e2e $arm64_e2e
+# The image index (both platforms) beside the amd64 image the tests ran.
+main:release needs=image-arm64 -- @release
 # clusterctl init, delete and move, and the ClusterResourceSet applied by the
 # Cluster API manager, on the oldest Cluster API minor and management release.
 matrix:capi $matrix -- @capi
 # clusterctl's variable substitution of our release assets, same minor.
-matrix:release needs=image $matrix -- @release
+matrix:release needs=image-arm64 $matrix -- @release
 # The chart's objects, as helm renders them, into a 1.33 management cluster.
 matrix:chart $matrix -- @chart live::every_ci_values_file_installs
 JOBS

@@ -17,6 +17,10 @@
 use std::{
     net::{Ipv4Addr, SocketAddr, TcpListener},
     path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -26,7 +30,7 @@ use serde_json::json;
 use crate::{
     bed::{API_PORT, Bed, CLUSTER, KONNECTIVITY_HOST, KONNECTIVITY_PORT, NS, apply, ready},
     consumers::{Process, bin_dir, http_get},
-    tls::konnectivity_leaf,
+    tls::{konnectivity_leaf, look},
 };
 
 /// The server replicas behind the konnectivity Service, each started with
@@ -206,6 +210,64 @@ pub async fn route_konnectivity_to(bed: &Bed, servers: &[Ipv4Addr]) {
     )
     .await;
 }
+
+/// Waits until the ingress at `ingress` has taken a stopped server off
+/// the konnectivity route: [`route_konnectivity_to`] only writes the
+/// endpoints, and the ingress controller applies them when it gets to
+/// them (seconds under load). Restarted before that, the server would take
+/// the agent back through the old route, and the cut would never show.
+///
+/// While `stopped`'s agent port has no server, a listener there accepts
+/// and closes every connection: a dial the ingress still sends there is
+/// counted, and its handshake fails (a refused port would let the ingress
+/// retry it on another server and hide it). The cut is in effect when
+/// [`CUT_DIALS`] dials in a row each complete a handshake with a live
+/// server and none reached the listener. Returns how long it took.
+pub async fn await_route_cut(ingress: SocketAddr, stopped: Ipv4Addr) -> Duration {
+    let listener = tokio::net::TcpListener::bind((stopped, KONNECTIVITY_PORT))
+        .await
+        .unwrap_or_else(|e| panic!("a listener at {stopped}:{KONNECTIVITY_PORT}: {e}"));
+    let reached = Arc::new(AtomicUsize::new(0));
+    let counter = reached.clone();
+    let accepting = tokio::spawn(async move {
+        while let Ok((conn, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            drop(conn);
+        }
+    });
+    let started = Instant::now();
+    let last = loop {
+        let before = reached.load(Ordering::SeqCst);
+        let mut failed = None;
+        for _ in 0..CUT_DIALS {
+            if let Some(error) = look(ingress, KONNECTIVITY_HOST).await.error {
+                failed = Some(error);
+            }
+        }
+        let to_stopped = reached.load(Ordering::SeqCst) - before;
+        if failed.is_none() && to_stopped == 0 {
+            break None;
+        }
+        if started.elapsed() > Duration::from_secs(180) {
+            break Some(format!(
+                "of {CUT_DIALS} dials, {to_stopped} reached {stopped}; a failed handshake said {failed:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    accepting.abort();
+    if let Some(last) = last {
+        panic!(
+            "the ingress at {ingress} still sends {KONNECTIVITY_HOST} to {stopped} 180 s after the route was cut: {last}"
+        );
+    }
+    started.elapsed()
+}
+
+/// Dials in a row that must all reach a live server for
+/// [`await_route_cut`]: with two endpoints spread round-robin (or at
+/// random), a route that still holds the stopped one sends it one of them.
+const CUT_DIALS: usize = 8;
 
 /// A free loopback port the agent accepts: proxy-agent refuses ports in
 /// the IANA dynamic range (above 49151), where Linux hands out most of its

@@ -19,7 +19,7 @@ use dockerfile_parser::{Dockerfile, Instruction, ShellOrExecExpr};
 use serde_json::Value;
 
 use crate::oci::{Entry, Image, read_image, sha256};
-use crate::{root, run_ok};
+use crate::root;
 
 /// The base the tarball stands in for: its users, folders and environment
 /// are written by hack/build-image-tarball.sh, not pulled.
@@ -102,36 +102,14 @@ fn dockerfile_text() -> String {
     std::fs::read_to_string(root().join("Dockerfile")).expect("Dockerfile")
 }
 
-/// Folder of this test process (nextest runs each test in its own).
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("image-{}", std::process::id()))
-        .join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// Pack stand-ins for both binaries with hack/build-image-tarball.sh;
-/// returns the tarball.
+/// Packs stand-ins for both binaries (scripts that say so) with
+/// hack/build-image-tarball.sh and `env`; returns the tarball.
 fn pack_stand_ins(name: &str, env: &[(&str, &str)]) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = scratch(name);
-    for bin in ["hcp-ingress", "hcp-ingress-proxy"] {
-        let path = dir.join(bin);
-        std::fs::write(&path, format!("#!/bin/sh\necho stand-in for {bin}\n")).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    let out = dir.join("image.oci.tar");
-    run_ok(
-        Command::new("bash")
-            .arg("hack/build-image-tarball.sh")
-            .current_dir(root())
-            .env("BIN_DIR", &dir)
-            .env("OUT", &out)
-            .envs(env.iter().copied()),
-        "hack/build-image-tarball.sh (it builds hack/ociimage with Go the first time)",
-    );
-    out
+    crate::pack_stand_ins(
+        &crate::scratch("image", name),
+        |bin| format!("#!/bin/sh\necho stand-in for {bin}\n").into_bytes(),
+        env,
+    )
 }
 
 /// The tarball under test: `HCP_IMAGE_TARBALL`, else stand-ins packed once.
@@ -423,7 +401,7 @@ fn the_same_binaries_pack_to_the_same_bytes() {
         sha256(&a),
         sha256(&b)
     );
-    let image = read_image(&scratch("reproducible-a").join("image.oci.tar"));
+    let image = read_image(&crate::scratch("image", "reproducible-a").join("image.oci.tar"));
     assert_eq!(image.config["created"], "2023-11-14T22:13:20Z");
     assert_eq!(
         image.annotations["io.containerd.image.name"],

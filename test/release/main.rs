@@ -12,11 +12,12 @@
 
 mod components;
 mod image;
+mod index;
 mod oci;
 mod templates;
 mod workflow;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -67,4 +68,41 @@ pub fn describe(obj: &Value) -> String {
             meta["name"].as_str().unwrap_or("?")
         ),
     }
+}
+
+/// A folder of this test process under the target's temporary folder
+/// (nextest runs each test in a process of its own).
+pub fn scratch(prefix: &str, name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("{prefix}-{}", std::process::id()))
+        .join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Packs an image with hack/build-image-tarball.sh and `env` from stand-ins
+/// for its two binaries, written into `dir` (`contents` of each binary's
+/// name); returns the tarball.
+pub fn pack_stand_ins(
+    dir: &Path,
+    contents: impl Fn(&str) -> Vec<u8>,
+    env: &[(&str, &str)],
+) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    for bin in ["hcp-ingress", "hcp-ingress-proxy"] {
+        let path = dir.join(bin);
+        std::fs::write(&path, contents(bin)).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let out = dir.join("image.oci.tar");
+    run_ok(
+        std::process::Command::new("bash")
+            .arg("hack/build-image-tarball.sh")
+            .current_dir(root())
+            .env("BIN_DIR", dir)
+            .env("OUT", &out)
+            .envs(env.iter().copied()),
+        "hack/build-image-tarball.sh (it builds hack/ociimage with Go the first time)",
+    );
+    out
 }

@@ -1,7 +1,9 @@
 //! `.github/workflows/release.yml`: actionlint finds nothing in the
 //! workflows, and a release uploads exactly the files
 //! `hack/release-manifests.sh` writes and the chart package helm writes,
-//! with the components pointing at the image the workflow pushes.
+//! with the components pointing at the image the workflow pushes; that image
+//! is built by the scripts CI runs (one tarball a platform of
+//! test/release/index.rs, their index) and pushed as that index.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -10,6 +12,7 @@ use std::process::Command;
 use serde_json::Value;
 
 use crate::components::{out_dir, run_release_script};
+use crate::index::PLATFORMS;
 use crate::{root, run_ok, yaml_file};
 
 const WORKFLOW: &str = ".github/workflows/release.yml";
@@ -26,17 +29,18 @@ fn steps(workflow: &Value) -> Vec<Value> {
         .collect()
 }
 
+/// Whether `step` runs `what` or uses the action `what` (owner/name, any
+/// version).
+fn does(step: &Value, what: &str) -> bool {
+    step["run"].as_str().is_some_and(|run| run.contains(what))
+        || step["uses"]
+            .as_str()
+            .is_some_and(|uses| uses.split('@').next() == Some(what))
+}
+
 /// The one step that runs `command` or uses `action` (owner/name, any version).
 fn step<'a>(steps: &'a [Value], what: &str) -> &'a Value {
-    let found: Vec<&Value> = steps
-        .iter()
-        .filter(|s| {
-            s["run"].as_str().is_some_and(|run| run.contains(what))
-                || s["uses"]
-                    .as_str()
-                    .is_some_and(|uses| uses.split('@').next() == Some(what))
-        })
-        .collect();
+    let found: Vec<&Value> = steps.iter().filter(|s| does(s, what)).collect();
     let [one] = found.as_slice() else {
         panic!(
             "{WORKFLOW}: want one step with {what:?}, found {}",
@@ -166,14 +170,13 @@ fn the_release_uploads_what_the_scripts_write() {
     );
 }
 
-/// The components' default image is the image the workflow pushes, for both
-/// architectures the Dockerfile builds.
+/// The components' default image is the image the workflow pushes.
 #[test]
 fn the_release_pushes_the_image_its_components_name() {
     let workflow = workflow();
     let steps = steps(&workflow);
     let manifests = step(&steps, "hack/release-manifests.sh");
-    let push = step(&steps, "docker/build-push-action");
+    let push = step(&steps, "skopeo copy");
     let image = workflow["env"]["IMAGE"].as_str().expect("env.IMAGE");
     // With IMAGE_REPO unset the script's default repository is used: the same.
     let dir = out_dir("workflow-image");
@@ -185,15 +188,109 @@ fn the_release_pushes_the_image_its_components_name() {
         "env.IMAGE {image} is not the repository of hack/release-manifests.sh's default image"
     );
     assert_eq!(manifests["env"]["IMAGE_REPO"], "${{ env.IMAGE }}");
-    assert_eq!(
-        push["with"]["tags"],
-        "${{ env.IMAGE }}:${{ github.ref_name }}"
-    );
-    assert_eq!(push["with"]["push"], true);
-    assert_eq!(push["with"]["platforms"], "linux/amd64,linux/arm64");
-    assert_eq!(workflow["on"]["push"]["tags"], serde_json::json!(["v*"]));
+    assert_eq!(push["env"]["TAG"], "${{ github.ref_name }}");
     assert!(
-        push["with"]["file"].is_null() && push["with"]["context"] == ".",
-        "the image is built from the Dockerfile at the root"
+        push["run"]
+            .as_str()
+            .unwrap()
+            .contains(r#""docker://$IMAGE:$TAG""#),
+        "the push goes to env.IMAGE at the tag: {}",
+        push["run"]
     );
+    assert_eq!(workflow["on"]["push"]["tags"], serde_json::json!(["v*"]));
+}
+
+/// The image is built the one way CI builds and tests it: for each platform
+/// test/release/index.rs requires, hack/check-image-proxy.sh's binaries
+/// packed by hack/build-image-tarball.sh with that ARCH; those tarballs, and
+/// only those, indexed by hack/build-image-index.sh; and that index pushed
+/// with every platform (`skopeo copy --all`), after the clusterctl assets
+/// are built and before the release is created. No other image build.
+#[test]
+fn the_release_builds_the_image_through_the_scripts_ci_runs() {
+    let workflow = workflow();
+    let steps = steps(&workflow);
+    let at = |what: &str| {
+        steps
+            .iter()
+            .position(|s| does(s, what))
+            .unwrap_or_else(|| panic!("{WORKFLOW}: no step with {what:?}"))
+    };
+
+    let images: Vec<&Value> = steps
+        .iter()
+        .filter(|s| does(s, "hack/build-image-tarball.sh"))
+        .collect();
+    let mut tarballs = BTreeSet::new();
+    for image in &images {
+        let env = &image["env"];
+        let arch = env["ARCH"].as_str().expect("each image step sets ARCH");
+        let run = image["run"].as_str().unwrap();
+        assert!(
+            run.contains("bash hack/check-image-proxy.sh") && run.contains("BIN_DIR="),
+            "ARCH={arch}: packs hack/check-image-proxy.sh's binaries: {run}"
+        );
+        assert_eq!(env["TAG"], "${{ github.ref_name }}", "ARCH={arch}");
+        assert_eq!(env["REVISION"], "${{ github.sha }}", "ARCH={arch}");
+        assert_eq!(
+            env["SOURCE_DATE_EPOCH"], "${{ steps.source.outputs.epoch }}",
+            "ARCH={arch}"
+        );
+        let out = env["OUT"].as_str().expect("each image step sets OUT");
+        assert!(
+            tarballs.insert((arch.to_string(), out.to_string())),
+            "ARCH={arch} twice"
+        );
+    }
+    let arches: BTreeSet<&str> = tarballs.iter().map(|(a, _)| a.as_str()).collect();
+    let want: BTreeSet<&str> = PLATFORMS.iter().map(|(a, _, _)| *a).collect();
+    assert_eq!(arches, want, "the architectures the release builds");
+
+    let index = step(&steps, "hack/build-image-index.sh");
+    let inputs: BTreeSet<String> = index["run"]
+        .as_str()
+        .unwrap()
+        .split_once("hack/build-image-index.sh")
+        .unwrap()
+        .1
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    let outs: BTreeSet<String> = tarballs.into_iter().map(|(_, out)| out).collect();
+    assert_eq!(
+        inputs, outs,
+        "the index is of the tarballs the image steps write"
+    );
+    assert_eq!(index["env"]["TAG"], "${{ github.ref_name }}");
+    let out = index["env"]["OUT"]
+        .as_str()
+        .expect("the index step sets OUT");
+
+    let push = step(&steps, "skopeo copy");
+    let run = push["run"].as_str().unwrap();
+    assert!(
+        run.contains(&format!("skopeo copy --all oci-archive:{out} ")),
+        "the push copies the index {out} with every platform: {run}"
+    );
+    assert!(
+        run.contains("skopeo login ghcr.io") && run.contains("--password-stdin"),
+        "the push logs in to ghcr.io with the token on stdin: {run}"
+    );
+    assert_eq!(push["env"]["TOKEN"], "${{ secrets.GITHUB_TOKEN }}");
+
+    assert!(
+        at("hack/release-manifests.sh") < at("hack/build-image-tarball.sh"),
+        "the assets are checked before an image is built"
+    );
+    assert!(at("hack/build-image-index.sh") < at("skopeo copy"));
+    assert!(
+        at("skopeo copy") < at("softprops/action-gh-release"),
+        "the release is created after the image is pushed"
+    );
+    let other: Vec<&str> = steps
+        .iter()
+        .filter_map(|s| s["uses"].as_str())
+        .filter(|uses| uses.starts_with("docker/"))
+        .collect();
+    assert!(other.is_empty(), "a second image build path: {other:?}");
 }

@@ -35,7 +35,7 @@
 
 use std::{
     io::{BufRead, BufReader, Read, Write},
-    net::TcpStream,
+    net::{SocketAddr, TcpStream},
     path::PathBuf,
     process::{Child, Command, Output, Stdio},
     time::{Duration, Instant},
@@ -52,7 +52,8 @@ use crate::{
     bed::{API_HOST, Bed, CLUSTER, KONNECTIVITY_HOST, apply, doctor_row, ready},
     consumers::bin_dir,
     konnectivity::{
-        ADMIN_PORT, HEALTH_PORT, SERVERS, Server, metric, route_konnectivity_to, write_server_cert,
+        ADMIN_PORT, HEALTH_PORT, SERVERS, Server, await_route_cut, metric, route_konnectivity_to,
+        write_server_cert,
     },
 };
 
@@ -128,6 +129,46 @@ impl Konn {
             self.nb.bed.tenant.log_tail("kube-apiserver", 40)
         ));
         self.nb.fail(&text)
+    }
+
+    /// [`NodeBed::eventually`], failing with everything [`Konn::fail`]
+    /// prints.
+    async fn eventually<T, F, Fut>(&self, what: &str, mut check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let deadline = Instant::now() + super::WITHIN;
+        loop {
+            if let Some(value) = check().await {
+                return value;
+            }
+            if Instant::now() > deadline {
+                self.fail(&format!("timed out waiting for {what}"));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Waits until the doctor's konnectivity row says `verdict`; on time
+    /// out, fails with the last row it printed.
+    async fn doctor_says(&self, verdict: Verdict) -> Check {
+        let deadline = Instant::now() + super::WITHIN;
+        loop {
+            let check = doctor_konnectivity(&self.nb.bed).await;
+            if check.verdict == verdict {
+                return check;
+            }
+            if Instant::now() > deadline {
+                self.fail(&format!(
+                    "the doctor's konnectivity check never said {verdict:?} within {:?}; the last: {:?}: {}",
+                    super::WITHIN,
+                    check.verdict,
+                    check.detail
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
 
     /// What the watching pod printed, from its log on the node.
@@ -654,13 +695,7 @@ async fn konnectivity_through(shared: SharedIngress, mode: &str, restart: usize)
     );
     // `hcp-ingress doctor` sees it too: through the API server's pod proxy
     // (this same konnectivity path) the agent reports both servers.
-    let check = konn
-        .nb
-        .eventually("the doctor's konnectivity check to pass", || async {
-            let check = doctor_konnectivity(&konn.nb.bed).await;
-            (check.verdict == Verdict::Pass).then_some(check)
-        })
-        .await;
+    let check = konn.doctor_says(Verdict::Pass).await;
     assert!(
         check
             .detail
@@ -669,18 +704,16 @@ async fn konnectivity_through(shared: SharedIngress, mode: &str, restart: usize)
         check.detail
     );
     let pods: Api<Pod> = Api::namespaced(workload.clone(), "default");
-    konn.nb
-        .eventually("the user's pod Ready", || async {
-            pods.get_opt(TALKER)
-                .await
-                .ok()?
-                .filter(pod_ready)
-                .map(|_| ())
-        })
-        .await;
+    konn.eventually("the user's pod Ready", || async {
+        pods.get_opt(TALKER)
+            .await
+            .ok()?
+            .filter(pod_ready)
+            .map(|_| ())
+    })
+    .await;
 
     let watch_open = konn
-        .nb
         .eventually(
             &format!("the watching pod's watch open, through {through}"),
             || async {
@@ -819,19 +852,18 @@ async fn konnectivity_through(shared: SharedIngress, mode: &str, restart: usize)
     });
 
     // The route broken on purpose: the konnectivity endpoints cut to
-    // server-0, then server-1 restarts. The agent loses its connection to
-    // server-1 and every new dial lands on server-0 again: it knows of two
-    // servers and holds one, and the doctor says so, naming the agent.
+    // server-0, then server-1 restarts once the ingress has taken it off
+    // the route (before that, the agent could come back to it the old
+    // way). The agent lost its connection to server-1 and every new dial
+    // lands on server-0 again: it knows of two servers and holds one, and
+    // the doctor says so, naming the agent.
     route_konnectivity_to(&konn.nb.bed, &[konn.servers[0].address]).await;
     konn.servers[1].stop();
+    let ingress = SocketAddr::from((konn.nb.node.host_address, konn.nb.https));
+    let cut = await_route_cut(ingress, konn.servers[1].address).await;
+    eprintln!("{shared} took server-1 off the route after {cut:?}");
     konn.servers[1].start();
-    let check = konn
-        .nb
-        .eventually("the doctor's konnectivity check to fail", || async {
-            let check = doctor_konnectivity(&konn.nb.bed).await;
-            (check.verdict == Verdict::Fail).then_some(check)
-        })
-        .await;
+    let check = konn.doctor_says(Verdict::Fail).await;
     assert!(
         check.detail.contains("is connected to 1 of the 2 konnectivity servers")
             && check.detail.contains(&format!(

@@ -78,11 +78,22 @@ pub fn require() {
 }
 
 /// The proxy binary under test: this build's, or the one `HCP_E2E_PROXY_BIN`
-/// names, to run the same tests against another build (a release one, or
-/// an older one that aborted on a panic).
+/// names, to run the same tests against another build (a release one, an
+/// older one that aborted on a panic, or another architecture's).
 pub fn proxy_bin() -> String {
     std::env::var("HCP_E2E_PROXY_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_hcp-ingress-proxy").to_string())
+}
+
+/// Command words in front of the proxy binary for every test:
+/// `HCP_E2E_PROXY_RUNNER`, split at spaces (`qemu-aarch64-static` runs
+/// an arm64 build on this host; the emulator executes the binary in its
+/// own process, so the proxy's pid, signals and sockets are the test's as
+/// before).
+fn proxy_runner() -> Vec<String> {
+    std::env::var("HCP_E2E_PROXY_RUNNER")
+        .map(|words| words.split_whitespace().map(String::from).collect())
+        .unwrap_or_default()
 }
 
 /// Run a command; panic with its output on failure.
@@ -634,7 +645,8 @@ stream {{
         fs::write(self.dir.join("proxy.yaml"), conf).unwrap();
         let cfg = self.dir.join("proxy.yaml").display().to_string();
         let node = self.node.clone();
-        let wrapper = self.proxy_wrapper.clone();
+        let mut wrapper = self.proxy_wrapper.clone();
+        wrapper.extend(proxy_runner());
         let mut args: Vec<&str> = wrapper.iter().map(String::as_str).collect();
         let bin = proxy_bin();
         args.extend([bin.as_str(), "--config", &cfg]);
