@@ -255,7 +255,10 @@ pub async fn await_route_cut(ingress: SocketAddr, stopped: Ipv4Addr) -> Duration
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
+    // The listener is gone, its port free, once the task is: the server
+    // that restarts next binds the same address and port.
     accepting.abort();
+    let _ = accepting.await;
     if let Some(last) = last {
         panic!(
             "the ingress at {ingress} still sends {KONNECTIVITY_HOST} to {stopped} 180 s after the route was cut: {last}"
