@@ -236,7 +236,7 @@ pub async fn await_route_cut(ingress: SocketAddr, stopped: Ipv4Addr) -> Duration
         }
     });
     let started = Instant::now();
-    let last = loop {
+    let timed_out = loop {
         let before = reached.load(Ordering::SeqCst);
         let mut failed = None;
         for _ in 0..CUT_DIALS {
@@ -259,9 +259,9 @@ pub async fn await_route_cut(ingress: SocketAddr, stopped: Ipv4Addr) -> Duration
     // that restarts next binds the same address and port.
     accepting.abort();
     let _ = accepting.await;
-    if let Some(last) = last {
+    if let Some(last_round) = timed_out {
         panic!(
-            "the ingress at {ingress} still sends {KONNECTIVITY_HOST} to {stopped} 180 s after the route was cut: {last}"
+            "the ingress at {ingress} still sends {KONNECTIVITY_HOST} to {stopped} 180 s after the route was cut: {last_round}"
         );
     }
     started.elapsed()
