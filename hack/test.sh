@@ -67,12 +67,13 @@ HCP_IMAGE_INDEX_TARBALL="$PWD/target/image/hcp-ingress.oci.tar"
 export HCP_IMAGE_TARBALL HCP_IMAGE_INDEX_TARBALL
 arm64_tarball="$PWD/target/image/hcp-ingress-arm64.oci.tar"
 image_dir="$(mktemp -d)"
-# arm64's build runs at a lower priority: the tests it runs beside come
-# first, it takes the cores while they wait (on API servers, leases, idle
+# arm64's build runs at the lowest priority: the tests it runs beside come
+# first (the data-path tests time a steering switch to the second), it
+# takes the cores while they wait (on API servers, leases, idle
 # connections held open).
 build_image() {
   local arch="$1" what="(the image's musl release build)" nice=0
-  [[ "$arch" == amd64 ]] || { what="(the image's musl release build, $arch)"; nice=10; }
+  [[ "$arch" == amd64 ]] || { what="(the image's musl release build, $arch)"; nice=19; }
   step "hack/check-image-proxy.sh $what" \
     env ARCH="$arch" CARGO_TARGET_DIR=target/image-build nice -n "$nice" bash hack/check-image-proxy.sh >"$image_dir/bins-$arch" || return
   local out="$HCP_IMAGE_TARBALL"
@@ -154,7 +155,7 @@ main:chart -- @chart
 # through, the PROXY header, pooled HTTP/2 with an upgrade, and a
 # certificate and config reload. The amd64 binary runs every test of
 # the binary (main:proxy_e2e).
-arm64:proxy-lib nice=10 CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=aarch64-linux-gnu-gcc CC_aarch64_unknown_linux_musl=aarch64-linux-gnu-gcc CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_RUNNER=qemu-aarch64-static -- cargo test --locked --target aarch64-unknown-linux-musl -p hcp-ingress-proxy --lib
+arm64:proxy-lib nice=19 CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=aarch64-linux-gnu-gcc CC_aarch64_unknown_linux_musl=aarch64-linux-gnu-gcc CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_RUNNER=qemu-aarch64-static -- cargo test --locked --target aarch64-unknown-linux-musl -p hcp-ingress-proxy --lib
 main:proxy_e2e -- @proxy_e2e
 main -- @*
 image-arm64 -- bash hack/lib/await-exit-code.sh $image_dir/rc-arm64
