@@ -133,21 +133,12 @@ impl Konn {
 
     /// [`NodeBed::eventually`], failing with everything [`Konn::fail`]
     /// prints.
-    async fn eventually<T, F, Fut>(&self, what: &str, mut check: F) -> T
+    async fn eventually<T, F, Fut>(&self, what: &str, check: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
-        let deadline = Instant::now() + super::WITHIN;
-        loop {
-            if let Some(value) = check().await {
-                return value;
-            }
-            if Instant::now() > deadline {
-                self.fail(&format!("timed out waiting for {what}"));
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        super::poll_within(what, check, |why| self.fail(why)).await
     }
 
     /// Waits until the doctor's konnectivity row says `verdict`; on time

@@ -266,21 +266,12 @@ impl NodeBed {
         )
     }
 
-    async fn eventually<T, F, Fut>(&self, what: &str, mut check: F) -> T
+    async fn eventually<T, F, Fut>(&self, what: &str, check: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
-        let deadline = tokio::time::Instant::now() + WITHIN;
-        loop {
-            if let Some(value) = check().await {
-                return value;
-            }
-            if tokio::time::Instant::now() > deadline {
-                self.fail(&format!("timed out waiting for {what}"));
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        poll_within(what, check, |why| self.fail(why)).await
     }
 
     /// The Node's Ready condition, as its kubelet reports it.
@@ -506,4 +497,28 @@ fn quantity_bytes(q: &str) -> u64 {
         _ => panic!("unexpected quantity {q}"),
     };
     digits.parse::<u64>().unwrap() << shift
+}
+
+/// Polls `check` every 500 ms until it gives a value; after [`WITHIN`],
+/// hands "timed out waiting for `what`" to `fail`, which panics with what
+/// its bed knows ([`NodeBed::fail`], or a test's fuller failure).
+pub(super) async fn poll_within<T, F, Fut>(
+    what: &str,
+    mut check: F,
+    fail: impl Fn(&str) -> std::convert::Infallible,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if tokio::time::Instant::now() > deadline {
+            match fail(&format!("timed out waiting for {what}")) {}
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
