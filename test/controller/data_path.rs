@@ -646,7 +646,8 @@ fn spawn_kube_proxy(n: &mut Node, kubeconfig: &Path, mode: KubeProxy) {
         // Current releases take these for every mode but IPVS.
         "--iptables-sync-period=1s",
         "--iptables-min-sync-period=0s",
-        "--v=1",
+        // Each sync and its length: a lost call's report shows them.
+        "--v=2",
     ];
     // Before 1.31 the nftables mode is alpha, off unless its gate is on;
     // once GA the gate is gone and naming it is an error.
@@ -712,9 +713,10 @@ fn ingress_config(listen: &str, apiserver: &str) -> String {
 /// target `in-cluster` is where client-go's in-cluster config goes: the host
 /// and port of `KUBERNETES_SERVICE_HOST/PORT`, that host also the TLS server
 /// name (SNI, and the name the certificate must carry). One line per call:
-/// `ok <target>`, or `fail <unix time> <why>` (the time places a failure
-/// among the test's steps). `--once` first: one call, answered or not in
-/// the exit code.
+/// `ok <target>`, or `fail <unix time> <target> <stage> <seconds in it>
+/// <why>` (the time places a failure among the test's steps and kube-proxy's
+/// log, the stage says whether the SYN, the TLS handshake or the answer was
+/// lost). `--once` first: one call, answered or not in the exit code.
 const POD_CLIENT: &str = r#"
 import os, socket, ssl, sys, time
 ca, token, targets = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -731,6 +733,7 @@ while True:
     else:
         ip, port = target, 443
     ok = False
+    stage, began = "connect", time.time()
     try:
         # A SYN that finds no listener is lost, not refused (the address is
         # only bound once the proxy runs). One retransmission (after 1 s) is
@@ -739,7 +742,9 @@ while True:
         # second or so fails the test.
         with socket.create_connection((ip, port), timeout=2.5) as raw:
             raw.settimeout(10)
+            stage, began = "tls", time.time()
             with ctx.wrap_socket(raw, server_hostname=ip) as tls:
+                stage, began = "answer", time.time()
                 tls.sendall(("GET /version HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nConnection: close\r\n\r\n" % (ip, token)).encode())
                 answer = b""
                 while True:
@@ -752,9 +757,9 @@ while True:
             ok = True
             print("ok", target, flush=True)
         else:
-            print("fail", "%.3f" % time.time(), status.decode(errors="replace"), flush=True)
+            print("fail", "%.3f" % time.time(), target, stage, "%.3f" % (time.time() - began), status.decode(errors="replace"), flush=True)
     except Exception as e:
-        print("fail", "%.3f" % time.time(), repr(e), flush=True)
+        print("fail", "%.3f" % time.time(), target, stage, "%.3f" % (time.time() - began), repr(e), flush=True)
     if once:
         sys.exit(0 if ok else 1)
     time.sleep(0.05)
@@ -993,4 +998,103 @@ pub(crate) async fn until(
 pub(crate) fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// The steps of a data-path test, each from when it began, to place a
+/// lost call among them.
+pub(crate) struct Steps {
+    /// Each step's name and when it began (Unix seconds), in order.
+    began: Vec<(String, f64)>,
+}
+
+impl Steps {
+    /// The first step begins now.
+    pub(crate) fn first(name: &str) -> Steps {
+        Steps {
+            began: vec![(name.to_string(), unix_now())],
+        }
+    }
+
+    /// The step `name` begins now, the one before has ended.
+    pub(crate) fn next(&mut self, name: &str) {
+        self.began.push((name.to_string(), unix_now()));
+    }
+
+    /// Each step with how long it took (the last one until now):
+    /// "name 8.9s, ...".
+    pub(crate) fn summary(&self) -> String {
+        let ends = self.began.iter().skip(1).map(|(_, t)| *t);
+        self.began
+            .iter()
+            .zip(ends.chain([unix_now()]))
+            .map(|((name, from), to)| format!("{name} {:.1}s", to - from))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The step that was running at `t` (Unix seconds).
+    fn at(&self, t: f64) -> &str {
+        self.began
+            .iter()
+            .rev()
+            .find(|(_, from)| *from <= t)
+            .map_or("before the first step", |(name, _)| name)
+    }
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// The lost calls (lines of [`calls`]), counted; the first and the last
+/// placed in the step they fell in, with kube-proxy's lines of the ten
+/// seconds before them (at `--v=2` they include each sync and its length),
+/// so a failure says whether the rules lagged a change.
+pub(crate) fn lost_calls(node: &Node, failed: &[String], steps: &Steps) -> String {
+    let kube_proxy = node.log("kube-proxy");
+    let place = |line: &String| {
+        let Some(t) = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|t| t.parse::<f64>().ok())
+        else {
+            return line.clone();
+        };
+        let near: Vec<&str> = kube_proxy
+            .lines()
+            .filter(|l| klog_seconds(l).is_some_and(|s| (t - 10.0..=t + 1.0).contains(&s)))
+            .collect();
+        format!(
+            "{line:?} in step {:?}; kube-proxy's lines of the 10 s before it:\n{}",
+            steps.at(t),
+            tail(&near.join("\n"), 40)
+        )
+    };
+    let mut report = format!("{} calls lost (steps: {})", failed.len(), steps.summary());
+    if let Some(first) = failed.first() {
+        report += &format!("\nthe first: {}", place(first));
+    }
+    if let Some(last) = failed.last().filter(|_| failed.len() > 1) {
+        report += &format!("\nthe last: {}", place(last));
+    }
+    report
+}
+
+/// A klog line's time in Unix seconds: klog writes "I1129 07:39:39.955591"
+/// in the local time zone and without the year, which is this year's.
+fn klog_seconds(line: &str) -> Option<f64> {
+    let head = line.get(1..21)?;
+    let (month, day) = (head.get(0..2)?.parse().ok()?, head.get(2..4)?.parse().ok()?);
+    let time: jiff::civil::Time = head.get(5..)?.parse().ok()?;
+    let tz = jiff::tz::TimeZone::system();
+    let year = jiff::Timestamp::now().to_zoned(tz.clone()).year();
+    let at = jiff::civil::date(year, month, day)
+        .to_datetime(time)
+        .to_zoned(tz)
+        .ok()?
+        .timestamp();
+    Some(at.as_nanosecond() as f64 / 1e9)
 }

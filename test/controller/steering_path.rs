@@ -31,8 +31,8 @@ use serde_json::{Value, json};
 
 use crate::{
     data_path::{
-        API_HOST, CLUSTER, DataPath, KubeProxy, Node, Stack, WITHIN, Workload, calls, host_port,
-        more_calls, more_calls_through, tail, until,
+        API_HOST, CLUSTER, DataPath, KubeProxy, Node, Stack, Steps, WITHIN, Workload, calls,
+        host_port, lost_calls, more_calls, more_calls_through, until,
     },
     harness::*,
 };
@@ -212,15 +212,6 @@ async fn each_steering_mode_and_switch_and_the_give_back(
     let (node, ingress) = (&path.node, path.ingress());
     let wc = path.w.client();
     let endpoints: Api<Endpoints> = Api::namespaced(wc.clone(), "default");
-    let mut phases = Vec::new();
-    let mut phase_start = Instant::now();
-    let mut phase = |name: &str, phases: &mut Vec<String>| {
-        phases.push(format!(
-            "{name} {:.1}s",
-            phase_start.elapsed().as_secs_f64()
-        ));
-        phase_start = Instant::now();
-    };
     let daemon_sets = |ns: &str| Api::<DaemonSet>::namespaced(wc.clone(), ns);
     // A switch is done once the old mode's DaemonSet is gone and one proxy
     // runs on the node.
@@ -237,6 +228,7 @@ async fn each_steering_mode_and_switch_and_the_give_back(
     };
 
     // 1. Advertise-address steering, only once the proxy is ready.
+    let mut steps = Steps::first("advertise-address steering");
     apply_value(&m.client, cpi("advertise-address")).await;
     let waiting = wait_reason(
         &m.client,
@@ -268,7 +260,8 @@ async fn each_steering_mode_and_switch_and_the_give_back(
         assert_eq!(slice.address_type, "IPv6");
         assert_eq!(slice.endpoints[0].addresses, [DEFAULT_ADVERTISE_V6]);
     }
-    phase("advertise-address steered", &mut phases);
+
+    steps.next("the switch to service steering");
 
     // 2. Switch to service steering: the proxy pods run in `default`, next
     // to the Service that selects them.
@@ -302,14 +295,16 @@ async fn each_steering_mode_and_switch_and_the_give_back(
         20.0,
     )
     .await;
-    phase("switched to service", &mut phases);
+
+    steps.next("the switch back to advertise-address");
 
     // 3. And back.
     let message = steer(&m, "advertise-address", "AdvertiseAddress").await;
     assert!(message.contains("switched from service"), "{message}");
     old_proxy_removed("default", "the service-steering proxy removed").await;
     more_calls(node, "calls through the advertise address again", 20).await;
-    phase("switched back to advertise-address", &mut phases);
+
+    steps.next("the deletion and the give-back");
 
     // 4. Deletion: nothing was recorded to give back, so the proxy stays
     // and the condition says what to do; done literally, the deletion
@@ -363,13 +358,12 @@ async fn each_steering_mode_and_switch_and_the_give_back(
         "our EndpointSlice outlived the proxy: {ours:?}"
     );
     more_calls(node, "calls to the API server's own address", 20).await;
-    phase("given back and deleted", &mut phases);
 
     let (answered, failed) = calls(&node.lock().unwrap());
     eprintln!(
         "steering data path ({stack:?}, {kube_proxy:?}): {answered} calls answered, {} failed; {} (total {:.0}s)",
         failed.len(),
-        phases.join(", "),
+        steps.summary(),
         started.elapsed().as_secs_f64()
     );
     // By address and by name alike.
@@ -383,8 +377,8 @@ async fn each_steering_mode_and_switch_and_the_give_back(
     }
     assert!(
         failed.is_empty(),
-        "the pod lost the API: {failed:?}\n{}",
-        tail(&node.lock().unwrap().log("kube-proxy"), 20)
+        "the pod lost the API: {}",
+        lost_calls(&node.lock().unwrap(), &failed, &steps)
     );
     path.stop(running).await;
 }
@@ -438,7 +432,7 @@ async fn service_steering_from_the_start(name: &'static str, kube_proxy: KubePro
     more_calls(node, "calls to the API server's own address", 20).await;
 
     // When each step began, to place a failed call among them.
-    let mut steps = vec![("created", unix_time())];
+    let mut steps = Steps::first("created");
     apply_value(&m.client, cpi("service")).await;
     let services = Api::<k8s_openapi::api::core::v1::Service>::namespaced(wc.clone(), "default");
     until(
@@ -455,7 +449,7 @@ async fn service_steering_from_the_start(name: &'static str, kube_proxy: KubePro
         },
     )
     .await;
-    steps.push(("selector written", unix_time()));
+    steps.next("selector written");
     // The mirroring controller drops its slice of a Service with a selector.
     until(
         node,
@@ -468,7 +462,7 @@ async fn service_steering_from_the_start(name: &'static str, kube_proxy: KubePro
         },
     )
     .await;
-    steps.push(("mirrored slice gone", unix_time()));
+    steps.next("mirrored slice gone");
     // The window: 40 calls while the proxy pods have no slice yet.
     let attempts = |node: &Node| {
         let (ok, failed) = calls(node);
@@ -482,9 +476,8 @@ async fn service_steering_from_the_start(name: &'static str, kube_proxy: KubePro
     let failed = calls(&node.lock().unwrap()).1;
     assert!(
         failed.is_empty(),
-        "the pod lost the API in the hand-over: {}\n{}",
-        placed(&failed, &steps),
-        tail(&node.lock().unwrap().log("kube-proxy"), 20)
+        "the pod lost the API in the hand-over: {}",
+        lost_calls(&node.lock().unwrap(), &failed, &steps)
     );
     let window = managers(&kubernetes_slices().await);
     assert_eq!(
@@ -492,7 +485,7 @@ async fn service_steering_from_the_start(name: &'static str, kube_proxy: KubePro
         ["controller.hcp-ingress.dev"],
         "in the hand-over's window only our slice of the provider's addresses serves the Service"
     );
-    steps.push(("slice controller started", unix_time()));
+    steps.next("slice controller started");
     let _slice_controller = path.start_endpoint_slice_controller();
     wait_reason(
         &m.client,
@@ -501,7 +494,7 @@ async fn service_steering_from_the_start(name: &'static str, kube_proxy: KubePro
         WITHIN,
     )
     .await;
-    steps.push(("steered", unix_time()));
+    steps.next("steered");
     // kube-proxy follows within a few seconds: the calls then go through
     // the proxy the Service selects.
     more_calls_through(
@@ -520,13 +513,13 @@ async fn service_steering_from_the_start(name: &'static str, kube_proxy: KubePro
     );
     let steered_in = started.elapsed();
 
-    steps.push(("deleted", unix_time()));
+    steps.next("deleted");
     cpis(&m.client)
         .delete(CLUSTER, &DeleteParams::default())
         .await
         .unwrap();
     deleted_with_its_proxy(&m, node).await;
-    steps.push(("proxy gone", unix_time()));
+    steps.next("proxy gone");
     let left: Vec<String> = slices
         .list(&ListParams::default().labels("kubernetes.io/service-name=kubernetes"))
         .await
@@ -562,44 +555,8 @@ async fn service_steering_from_the_start(name: &'static str, kube_proxy: KubePro
     );
     assert!(
         failed.is_empty(),
-        "the pod lost the API: {}\n{}",
-        placed(&failed, &steps),
-        tail(&node.lock().unwrap().log("kube-proxy"), 20)
+        "the pod lost the API: {}",
+        lost_calls(&node.lock().unwrap(), &failed, &steps)
     );
     path.stop(running).await;
-}
-
-/// Failed calls, counted, the first and last of them each placed in the
-/// step it fell in (`steps`: each step's name and start, in order).
-fn placed(failed: &[String], steps: &[(&str, String)]) -> String {
-    let place = |line: &String| {
-        let at: f64 = line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|t| t.parse().ok())
-            .unwrap_or(0.0);
-        let step = steps
-            .iter()
-            .rev()
-            .find(|(_, start)| start.parse::<f64>().is_ok_and(|s| s <= at))
-            .map_or("before the first step", |(name, _)| *name);
-        format!("{line:?} in step {step:?}")
-    };
-    match (failed.first(), failed.last()) {
-        (Some(first), Some(last)) => format!(
-            "{} calls failed, the first {}, the last {} (steps began at {steps:?})",
-            failed.len(),
-            place(first),
-            place(last)
-        ),
-        _ => "no call failed".into(),
-    }
-}
-
-/// Now in Unix seconds, as the pod's failure lines give it.
-fn unix_time() -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    format!("{:.3}", now.as_secs_f64())
 }

@@ -27,8 +27,8 @@ use serde_json::json;
 
 use crate::{
     data_path::{
-        DataPath, KubeProxy, SERVICE_IP, Stack, WITHIN, Workload, calls, haproxy_config,
-        more_calls, more_calls_through, tail, until,
+        DataPath, KubeProxy, SERVICE_IP, Stack, Steps, WITHIN, Workload, calls, haproxy_config,
+        lost_calls, more_calls, more_calls_through, until,
     },
     harness::*,
 };
@@ -147,6 +147,7 @@ async fn taking_the_node_proxy_over(name: &'static str, kube_proxy: KubeProxy) {
     );
 
     // The user asks hcp-ingress to take the node proxy over.
+    let mut steps = Steps::first("the take-over");
     let (m, running) = path.manage().await;
     let mut kcp: serde_json::Value =
         serde_saphyr::from_str(&example("k0smotron-controlplane.yaml")).unwrap();
@@ -202,6 +203,8 @@ async fn taking_the_node_proxy_over(name: &'static str, kube_proxy: KubeProxy) {
     )
     .await;
 
+    steps.next("HAProxy pruned by k0s");
+
     // The user adds the patch; k0s prunes HAProxy's DaemonSet and ConfigMap
     // (the Service is no longer in the stack).
     haproxy_ds
@@ -234,6 +237,8 @@ async fn taking_the_node_proxy_over(name: &'static str, kube_proxy: KubeProxy) {
     );
     more_calls(node, "20 more calls with HAProxy gone", 20).await;
 
+    steps.next("taken back");
+
     // Taken back without HAProxy to give it to: the cluster is never left
     // steered at a proxy that is gone, so ours stays.
     let kcps: Api<kube::api::DynamicObject> = Api::namespaced_with(
@@ -264,13 +269,14 @@ async fn taking_the_node_proxy_over(name: &'static str, kube_proxy: KubeProxy) {
 
     let (answered, failed) = calls(&node.lock().unwrap());
     eprintln!(
-        "take-over data path ({kube_proxy:?}): {answered} calls answered ({before} before the controller started), {} failed",
-        failed.len()
+        "take-over data path ({kube_proxy:?}): {answered} calls answered ({before} before the controller started), {} failed; {}",
+        failed.len(),
+        steps.summary()
     );
     assert!(
         failed.is_empty(),
-        "the pod lost the API during the take-over: {failed:?}\n{}",
-        tail(&node.lock().unwrap().log("kube-proxy"), 20)
+        "the pod lost the API during the take-over: {}",
+        lost_calls(&node.lock().unwrap(), &failed, &steps)
     );
     path.stop(running).await;
 }
