@@ -20,14 +20,15 @@ run=() objcopy=objcopy
 case "$ARCH" in
   amd64) T=x86_64-unknown-linux-musl; machine='Advanced Micro Devices X86-64' ;;
   arm64)
-    T=aarch64-unknown-linux-musl; machine=AArch64
-    export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=aarch64-linux-gnu-gcc
-    export CC_aarch64_unknown_linux_musl=aarch64-linux-gnu-gcc
-    for tool in aarch64-linux-gnu-gcc aarch64-linux-gnu-objcopy qemu-aarch64-static; do
+    # shellcheck source=lib/arm64-env.sh
+    . hack/lib/arm64-env.sh
+    T=$ARM64_TARGET machine=AArch64
+    export "${ARM64_BUILD_ENV[@]}"
+    for tool in aarch64-linux-gnu-gcc aarch64-linux-gnu-objcopy "$ARM64_RUNNER"; do
       command -v "$tool" >/dev/null || { echo "check-image-proxy: ARCH=arm64 needs $tool (Debian: gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static)" >&2; exit 1; }
     done
     # The host's objcopy reads only its own architecture's files.
-    run=(qemu-aarch64-static) objcopy=aarch64-linux-gnu-objcopy ;;
+    run=("$ARM64_RUNNER") objcopy=aarch64-linux-gnu-objcopy ;;
   *) echo "check-image-proxy: ARCH=$ARCH: amd64 or arm64" >&2; exit 1 ;;
 esac
 TD=${CARGO_TARGET_DIR:-target}

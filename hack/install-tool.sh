@@ -53,6 +53,12 @@ if [[ "${2:-}" == "--print-path" ]]; then echo "$tool"; exit 0; fi
 if [[ -x "$tool" ]]; then echo "$tool"; exit 0; fi
 
 mkdir -p "$bin"
+# One install of a tool at a time: two first runs side by side (two scripts
+# needing the same tool) would write the same venv or the same file. The
+# second waits, then finds the tool the first installed.
+exec 9>"$bin/.$name-$version.lock"
+flock 9
+if [[ -x "$tool" ]]; then echo "$tool"; exit 0; fi
 if [[ "$kind" == pypi ]]; then verb=installing; else verb=building; fi
 echo "hack/install-tool.sh: $verb $name $version into $bin" >&2
 work="$(mktemp -d)"
@@ -97,8 +103,8 @@ MOD
   (
     cd "$work"
     go mod tidy >/dev/null 2>&1 || true
-    go build -trimpath -ldflags "-s -w" -o "$tool.tmp" .
+    go build -trimpath -ldflags "-s -w" -o "$work/$name" .
   )
-  mv "$tool.tmp" "$tool"
+  mv "$work/$name" "$tool"
 fi
 echo "$tool"

@@ -42,6 +42,8 @@ step "hack/test-tools.sh" bash hack/test-tools.sh
 . hack/kube/versions.env
 # shellcheck source=capi/versions.env
 . hack/capi/versions.env
+# shellcheck source=lib/arm64-env.sh
+. hack/lib/arm64-env.sh
 kube_management_min="$(HCP_KUBE_VERSION="$KUBE_VERSION_MANAGEMENT_MIN" bash hack/kube/build.sh --print-bin-dir)"
 kube_workload_min="$(HCP_KUBE_VERSION="$KUBE_VERSION_WORKLOAD_MIN" bash hack/kube/build.sh --print-bin-dir)"
 # A node's kubelet is never newer than its API server: the oldest workload
@@ -155,11 +157,11 @@ main:chart -- @chart
 # through, the PROXY header, pooled HTTP/2 with an upgrade, and a
 # certificate and config reload. The amd64 binary runs every test of
 # the binary (main:proxy_e2e).
-arm64:proxy-lib nice=19 CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=aarch64-linux-gnu-gcc CC_aarch64_unknown_linux_musl=aarch64-linux-gnu-gcc CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_RUNNER=qemu-aarch64-static -- cargo test --locked --target aarch64-unknown-linux-musl -p hcp-ingress-proxy --lib
+arm64:proxy-lib nice=19 ${ARM64_BUILD_ENV[*]} CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_RUNNER=$ARM64_RUNNER -- cargo test --locked --target $ARM64_TARGET -p hcp-ingress-proxy --lib
 main:proxy_e2e -- @proxy_e2e
 main -- @*
 image-arm64 -- bash hack/lib/await-exit-code.sh $image_dir/rc-arm64
-arm64:proxy_e2e needs=image-arm64 HCP_E2E_PROXY_BIN=$PWD/target/image-build/aarch64-unknown-linux-musl/release/hcp-ingress-proxy HCP_E2E_PROXY_RUNNER=qemu-aarch64-static -- @proxy_e2e $arm64_e2e
+arm64:proxy_e2e needs=image-arm64 HCP_E2E_PROXY_BIN=$PWD/target/image-build/$ARM64_TARGET/release/hcp-ingress-proxy HCP_E2E_PROXY_RUNNER=$ARM64_RUNNER -- @proxy_e2e $arm64_e2e
 # The image index (both platforms) beside the amd64 image the tests ran.
 main:release needs=image-arm64 -- @release
 # clusterctl init, delete and move, and the ClusterResourceSet applied by the
