@@ -39,9 +39,9 @@ pub use shared::{
     selector_labels,
 };
 pub use steering::{
-    FINISH_WITHOUT_RESTORE_ANNOTATION, HANDOVER_PAUSE, Live, RECORD_KEY, RECORD_NAME, Restore,
-    ServiceFields, SteeringRecord, bare_endpoints, bridge_slice, parse_record, points_at_proxy,
-    record, record_config_map, restore, service_release_for_switch, wait_since,
+    Deferred, FINISH_WITHOUT_RESTORE_ANNOTATION, HANDOVER_PAUSE, Live, RECORD_KEY, RECORD_NAME,
+    Restore, ServiceFields, SteeringRecord, bare_endpoints, bridge_slice, parse_record,
+    points_at_proxy, record, record_config_map, restore, service_release_for_switch, wait_since,
 };
 pub use takeover::{
     K0S_STACK_LABEL, K0SMOTRON_STOP_PATCH, ServiceRelease, pending, service_release,

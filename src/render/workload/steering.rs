@@ -92,6 +92,40 @@ pub struct SteeringRecord {
     /// of the node's endpoints known drops every connection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxies_listed_at: Option<i64>,
+    /// What a give-back still deletes once kube-proxy had the handover
+    /// pause to take the given-back Service in: the slices it served from
+    /// while the Service was steered. Its Service and EndpointSlice watches
+    /// are apart: seeing those slices go first, with `Local` still in force
+    /// and none of its node's endpoints left, it would drop every
+    /// connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deferred: Option<Deferred>,
+}
+
+/// The deletions of a give-back, made a handover pause after its writes
+/// (see [`Restore`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Deferred {
+    /// Wait first for a slice that is neither ours nor the proxy pods'.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub await_other_slice: bool,
+    /// The EndpointSlice controller's slices for our selector.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub abandoned_slices: bool,
+    /// Our EndpointSlice `default/kubernetes`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub endpoint_slice: bool,
+    /// Our Endpoints `default/kubernetes`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub endpoints: bool,
+}
+
+impl Deferred {
+    /// Whether anything is left to delete.
+    pub fn any(&self) -> bool {
+        self.abandoned_slices || self.endpoint_slice || self.endpoints
+    }
 }
 
 /// How long a path that was just replaced (a steering switch, a give-back)
@@ -280,6 +314,7 @@ pub fn record(
         service_released: false,
         replaced_at: None,
         proxies_listed_at: None,
+        deferred: None,
     }
 }
 

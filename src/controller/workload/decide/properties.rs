@@ -12,7 +12,9 @@
 //! - a stored record never names one mode as both applied and leaving;
 //! - after each step, `default/kubernetes` still has a slice kube-proxy
 //!   serves for the Service's family, if it had one before the plan, on
-//!   the worst timing of the cluster's controllers (see [`Served`]).
+//!   the worst timing of the cluster's controllers (see [`Served`]), and
+//!   in whatever order kube-proxy's two watches (Services, EndpointSlices)
+//!   deliver the plan's writes.
 
 use kube::api::DynamicObject;
 use proptest::prelude::*;
@@ -303,7 +305,7 @@ fn check(world: &World, facts: &Facts, plan: &Plan) -> Result<(), Broken> {
 /// a slice they must delete goes at once, one they must make comes only
 /// after the plan (the EndpointSlice controller's for a new selector, the
 /// mirroring controller's for Endpoints given back).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Served {
     /// The Service's selector, and the one it had before the plan.
     selector: Option<Value>,
@@ -512,21 +514,46 @@ fn skips_mirror(labels: Option<&std::collections::BTreeMap<String, String>>) -> 
 }
 
 /// After each step, kube-proxy still serves the Service from some slice of
-/// its family, if it did before the plan (a removal's plan too).
+/// its family, if it did before the plan (a removal's plan too). It reads
+/// the Service and the EndpointSlices on two watches, each in order but
+/// not in step with the other: it may act on the slices of any step with
+/// the Service's `internalTrafficPolicy` of any other, and must still have
+/// an endpoint. (The Service's selector acts through the slices the
+/// cluster's controllers write, which the slices' state holds.)
 fn always_served(world: &World, facts: &Facts, plan: &Plan) -> Result<(), Broken> {
     let mut served = Served::before(world, facts);
     // Without a Node no kube-proxy runs: nothing to serve, nothing to lose.
     if !facts.any_node || !served.any() {
         return Ok(());
     }
-    for (i, step) in plan.steps().enumerate() {
+    let mut states = vec![served.clone()];
+    for step in plan.steps() {
         if !served.after(step) {
             break;
         }
-        if !served.any() {
-            return Err(Broken(format!(
-                "after step {i} no slice kube-proxy serves carries an endpoint of the Service's family: {served:?}"
-            )));
+        states.push(served.clone());
+    }
+    let mut policies: Vec<bool> = states.iter().map(|s| s.local).collect();
+    policies.dedup();
+    for (i, state) in states.iter().enumerate().skip(1) {
+        for local in &policies {
+            let seen = Served {
+                local: *local,
+                ..state.clone()
+            };
+            if !seen.any() {
+                let order = if *local == state.local {
+                    String::new()
+                } else {
+                    format!(
+                        " (kube-proxy seeing the slices of this step with the Service's policy of another: Local {local})"
+                    )
+                };
+                return Err(Broken(format!(
+                    "after step {} no slice kube-proxy serves carries an endpoint of the Service's family{order}: {seen:?}",
+                    i - 1
+                )));
+            }
         }
     }
     Ok(())

@@ -1,10 +1,10 @@
 //! Removal (a deletion, or `spec.proxy.enabled: false` on an installed
 //! proxy), in the order that keeps the in-cluster API path: give
 //! `default/kubernetes` back what steering took (from the record made before
-//! the first steering write), let kube-proxy take the given-back endpoints
-//! in, then give back the CCM workloads we patched and the endpoint we
-//! published, then remove the proxy's
-//! objects, the record last. When nothing safe can be given back the proxy
+//! the first steering write), let kube-proxy take the given-back Service and
+//! endpoints in, then delete the slices it served from while steered, let it
+//! take that in, then give back the CCM workloads we patched and the
+//! endpoint we published, then remove the proxy's objects, the record last. When nothing safe can be given back the proxy
 //! stays: a cluster is never left steered at a proxy that is gone.
 
 use std::{net::IpAddr, time::Duration};
@@ -22,7 +22,7 @@ use super::{
 use crate::{
     api::Steering,
     render::workload::{
-        self, FINISH_WITHOUT_RESTORE_ANNOTATION, Live, NAMESPACE, RECORD_NAME, Restore,
+        self, Deferred, FINISH_WITHOUT_RESTORE_ANNOTATION, Live, NAMESPACE, RECORD_NAME, Restore,
         SteeringRecord,
     },
     sources::describe,
@@ -145,12 +145,23 @@ fn give_back(plan: &mut Plan, facts: &RemovalFacts) -> Result<GiveBack, Workload
     if record.applied.is_none()
         && let Some(restored) = &record.restored
     {
-        return Ok(
-            match record.handover_wait(facts.now, workload::HANDOVER_PAUSE) {
-                Some(wait) => GiveBack::Settling(restored.clone(), wait),
-                None => GiveBack::Done(restored.clone()),
-            },
-        );
+        if let Some(wait) = record.handover_wait(facts.now, workload::HANDOVER_PAUSE) {
+            return Ok(GiveBack::Settling(restored.clone(), wait));
+        }
+        let Some(deferred) = record.deferred.filter(Deferred::any) else {
+            return Ok(GiveBack::Done(restored.clone()));
+        };
+        // kube-proxy has the given-back Service: the slices it served from
+        // while steered go now, the proxy a pause later.
+        restore_deletes(plan, facts, deferred);
+        let mut record = record.clone();
+        record.deferred = None;
+        record.replaced_at = Some(facts.now);
+        plan.push(Step::Record(record));
+        return Ok(GiveBack::Settling(
+            restored.clone(),
+            workload::HANDOVER_PAUSE,
+        ));
     }
     // The record is made before the first steering write and marked
     // applied after it: steering seen without the mark was written by a
@@ -176,12 +187,16 @@ fn give_back(plan: &mut Plan, facts: &RemovalFacts) -> Result<GiveBack, Workload
             "the recorded selector {selector:?} of Service default/kubernetes selects no ready pod: the provider's node proxy is gone, and giving the selector back would cut pods off the API; have the provider deploy its proxy again (remove the spec.patches entry that stopped it), or annotate the ControlPlaneIngress {FINISH_WITHOUT_RESTORE_ANNOTATION}=true to remove the proxy anyway"
         )));
     }
-    let summary = restore_steps(plan, facts, restore);
-    // Given back: remembered, so a later pass removes the proxy.
+    // The given-back fields now; the deletions a pause later, once
+    // kube-proxy has taken them in.
+    let (summary, deferred) = restore_writes(plan, restore);
+    // Given back: remembered, so later passes delete what is deferred and
+    // remove the proxy.
     let mut record = record.clone();
     record.applied = None;
     record.restored = Some(summary.clone());
     record.replaced_at = Some(facts.now);
+    record.deferred = Some(deferred).filter(Deferred::any);
     plan.push(Step::Record(record));
     Ok(GiveBack::Settling(summary, workload::HANDOVER_PAUSE))
 }
@@ -252,25 +267,41 @@ fn give_back_without_record(
     Ok(GiveBack::Done(restore_steps(plan, facts, restore)))
 }
 
-/// The writes of a give-back: the given-back fields, then (once another
-/// slice carries the addresses) the slices and Endpoints that go.
+/// A whole give-back in one pass (without a record, on the user's word):
+/// the given-back fields, then the slices and Endpoints that go.
 fn restore_steps(plan: &mut Plan, facts: &RemovalFacts, restore: Restore) -> String {
+    let (summary, deferred) = restore_writes(plan, restore);
+    restore_deletes(plan, facts, deferred);
+    summary
+}
+
+/// The given-back fields, written; what is to be deleted, and the summary.
+fn restore_writes(plan: &mut Plan, restore: Restore) -> (String, Deferred) {
     plan.extend(restore.apply.into_iter().map(Step::Force));
-    if restore.await_other_slice
-        && (restore.delete_abandoned_slices || restore.delete_endpoint_slice)
-    {
+    let deferred = Deferred {
+        await_other_slice: restore.await_other_slice,
+        abandoned_slices: restore.delete_abandoned_slices,
+        endpoint_slice: restore.delete_endpoint_slice,
+        endpoints: restore.delete_endpoints,
+    };
+    (restore.summary, deferred)
+}
+
+/// The deletions of a give-back: once another slice carries the addresses,
+/// the slices and Endpoints that go.
+fn restore_deletes(plan: &mut Plan, facts: &RemovalFacts, deferred: Deferred) {
+    if deferred.await_other_slice && (deferred.abandoned_slices || deferred.endpoint_slice) {
         plan.push(Step::AwaitOtherSlice);
     }
-    if restore.delete_abandoned_slices {
+    if deferred.abandoned_slices {
         plan.extend(facts.controller_slices.iter().cloned().map(Step::Delete));
     }
-    if restore.delete_endpoint_slice {
+    if deferred.endpoint_slice {
         plan.extend(facts.our_slice.clone().map(Step::Delete));
     }
-    if restore.delete_endpoints {
+    if deferred.endpoints {
         plan.extend(facts.endpoints_object.clone().map(Step::Delete));
     }
-    restore.summary
 }
 
 fn live(facts: &RemovalFacts, finish_anyway: bool) -> Live<'_> {

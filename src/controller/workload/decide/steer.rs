@@ -1,10 +1,14 @@
 //! Steering written: the steering objects applied over what was observed,
-//! the record marked, a rewrite by someone else noted, and the proxy of a
-//! mode that no longer steers removed once the handover pause has passed.
+//! the record marked, a rewrite by someone else noted, and what is left of
+//! a mode that no longer steers removed once the handover pause has passed:
+//! its slices, then its proxy.
 
 use kube::api::DynamicObject;
 
-use super::pass::{Pass, Record, Seen, Wanted, is_ours, kind_of};
+use super::{
+    pass::{Pass, Record, Seen, Wanted, is_ours, kind_of},
+    switch::{abandoned_slices, drop_abandoned_slices},
+};
 use crate::{
     api::Steering,
     controller::{
@@ -93,6 +97,15 @@ pub(super) fn steer(plan: &mut Plan, pass: &Pass, record: &mut Record, how: How)
             .handover_wait(pass.given.now, workload::HANDOVER_PAUSE)
         {
             Some(wait) => plan.requeue = Some(wait),
+            // Away from service steering: the pods' slices go first, and
+            // the proxies they name a pause later, so that kube-proxy never
+            // sends a call to a proxy that is gone.
+            None if leaving == Steering::Service && abandoned_slices(pass, record) => {
+                drop_abandoned_slices(plan, pass);
+                record.now.replaced_at = Some(pass.given.now);
+                record.write(plan);
+                plan.requeue = Some(workload::HANDOVER_PAUSE);
+            }
             None => {
                 plan.push(Step::RemoveProxy(leaving));
                 record.now.leaving = None;

@@ -113,20 +113,12 @@ fn to_address(
     plan.push(Step::Force(workload::service_release_for_switch(
         &record.now,
     )));
-    // 3. The slices the EndpointSlice controller leaves behind for a
-    // selector that is gone; then our Endpoints, which the endpoints
-    // controller rewrote while the selector was there. Where the Service
-    // keeps a selector (the recorded one given back, one another manager
-    // set since) its slices are that selector's, live: they stay.
-    let theirs = pass
-        .facts
-        .service
-        .as_ref()
-        .and_then(|s| s.spec.as_ref()?.selector.as_ref())
-        .is_some_and(|s| *s != workload::selector_labels());
-    if record.now.service.selector.is_none() && !theirs {
-        drop_abandoned_slices(plan, pass);
-    }
+    // 3. Our Endpoints, which the endpoints controller rewrote while the
+    // selector was there. The pods' slices stay for the handover pause
+    // (`abandoned_slices`): kube-proxy sees the Service and the slices on
+    // two watches, and had it seen the slices go before the policy, it
+    // would have kept `Local` with no local endpoint left, and dropped
+    // every call.
     plan.apply(endpoints.clone(), pass.seen.endpoints.clone());
     Stage::Done(
         "switched from service: the advertise address carries the traffic, the Service's selector is released".into(),
@@ -236,6 +228,22 @@ fn listed_proxies(pass: &Pass) -> i32 {
         })
         .count();
     i32::try_from(ready).unwrap_or(i32::MAX)
+}
+
+/// Whether the proxy pods' slices are left over from a switch away from
+/// service steering: the EndpointSlice controller leaves the slices of a
+/// selector that is gone. While the Service has a selector (still ours,
+/// the recorded one given back, one another manager set since) its slices
+/// are that selector's, live: they stay.
+pub(super) fn abandoned_slices(pass: &Pass, record: &Record) -> bool {
+    let selector = pass
+        .facts
+        .service
+        .as_ref()
+        .and_then(|s| s.spec.as_ref()?.selector.as_ref());
+    !pass.seen.controller_slices.is_empty()
+        && selector.is_none()
+        && record.now.service.selector.is_none()
 }
 
 /// The EndpointSlice controller leaves the slices it made for a selector

@@ -2,7 +2,8 @@
 //! `k0smotron-haproxy`): our proxy is installed beside theirs and must be
 //! ready on every node before anything steers to it; then the record says
 //! the Service was released, our EndpointSlice is written, and one Service
-//! update hands the traffic over. The provider's proxy is removed by the
+//! update hands the traffic over; the provider's pods' slices go a pause
+//! later. The provider's proxy is removed by the
 //! provider itself, once the user tells it to (the condition and the Event
 //! say how).
 
@@ -57,7 +58,7 @@ pub(super) fn prepare(
         // Released in an earlier pass: our steering holds the Service now,
         // whatever the readiness of a node that joined since.
         record.ensure(plan);
-        drop_abandoned_slices(plan, pass);
+        drop_abandoned_slices_after_the_pause(plan, pass, record);
         return Ok(Prepared::Steer {
             released_now: false,
             proxy_applied: false,
@@ -96,7 +97,7 @@ pub(super) fn prepare(
         plan.push(Step::PatchService(unlabel));
     }
     let Some(patch) = release.release else {
-        drop_abandoned_slices(plan, pass);
+        drop_abandoned_slices_after_the_pause(plan, pass, record);
         return Ok(Prepared::Steer {
             released_now: false,
             proxy_applied: true,
@@ -105,12 +106,33 @@ pub(super) fn prepare(
     // Our EndpointSlice while the Service still selects theirs: with
     // `internalTrafficPolicy: Local` kube-proxy ignores it (no node name).
     plan.apply(endpoint_slice.clone(), pass.seen.endpoint_slice.clone());
+    // The release's time: the provider's slices go a pause after it.
+    record.now.replaced_at = Some(pass.given.now);
+    record.write(plan);
     plan.push(Step::PatchService(patch));
-    drop_abandoned_slices(plan, pass);
     Ok(Prepared::Steer {
         released_now: true,
         proxy_applied: true,
     })
+}
+
+/// The provider's pods' slices, which the EndpointSlice controller leaves
+/// behind when the Service's selector is released, go once kube-proxy had
+/// the handover pause to take the released Service in. It reads the
+/// Service and the slices on two watches: seeing the slices go while it
+/// still held `internalTrafficPolicy: Local`, with only our slice (no node
+/// name) left, it would drop every call.
+fn drop_abandoned_slices_after_the_pause(plan: &mut Plan, pass: &Pass, record: &Record) {
+    if pass.seen.controller_slices.is_empty() {
+        return;
+    }
+    match record
+        .now
+        .handover_wait(pass.given.now, workload::HANDOVER_PAUSE)
+    {
+        Some(wait) => plan.requeue = Some(plan.requeue.map_or(wait, |r| r.min(wait))),
+        None => drop_abandoned_slices(plan, pass),
+    }
 }
 
 /// After our steering is written: EndpointsSteered says whether the

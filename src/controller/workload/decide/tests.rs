@@ -279,11 +279,69 @@ fn a_switch_to_the_advertise_address_writes_it_before_the_selector_goes() {
         [
             "Apply EndpointSlice default/kubernetes",
             "Force Service default/kubernetes",
-            "Delete EndpointSlice default/kubernetes-abcde",
             "Apply Endpoints default/kubernetes",
         ]
     );
     assert_eq!(steers(&plan), (Status::True, "AdvertiseAddress".into()));
+}
+
+/// After a switch away from service steering, the proxy pods' slices outlive
+/// the selector (the EndpointSlice controller leaves them): kube-proxy must
+/// have taken the Service's new policy in before they go, and must have let
+/// them go before their proxies do.
+#[test]
+fn away_from_service_steering_the_pods_slices_go_a_pause_after_the_switch_and_the_proxies_a_pause_later()
+ {
+    let world = |record: SteeringRecord, listed: i32| World {
+        record: Some(record),
+        address_steered: true,
+        proxy: ProxyAt::RolledOut { nodes: 2 },
+        listed,
+        ..World::new(ADDRESS)
+    };
+    let switched = SteeringRecord {
+        leaving: Some(SERVICE),
+        replaced_at: Some(NOW - 2),
+        ..steered_with(ADDRESS).unwrap()
+    };
+    let drops_slices = |plan: &super::Plan| {
+        writes_to_default(plan)
+            .iter()
+            .any(|w| w == "Delete EndpointSlice default/kubernetes-abcde")
+    };
+    // Within the pause: nothing goes.
+    let plan = world(switched.clone(), 2).decide();
+    assert!(!drops_slices(&plan), "{:?}", describe(&plan));
+    assert!(!plan.steps().any(|s| *s == Step::RemoveProxy(SERVICE)));
+
+    // After it: the slices go, the proxies stay for another pause.
+    let paused = world(
+        SteeringRecord {
+            replaced_at: Some(NOW - 60),
+            ..switched
+        },
+        2,
+    );
+    let plan = paused.decide();
+    assert!(drops_slices(&plan), "{:?}", describe(&plan));
+    assert!(!plan.steps().any(|s| *s == Step::RemoveProxy(SERVICE)));
+    assert_eq!(plan.requeue, Some(HANDOVER_PAUSE));
+    let record = final_record(&plan, &paused.facts()).unwrap();
+    assert_eq!(
+        (record.leaving, record.replaced_at),
+        (Some(SERVICE), Some(NOW))
+    );
+
+    // The slices gone and the pause over: the proxies go.
+    let plan = world(
+        SteeringRecord {
+            replaced_at: Some(NOW - 60),
+            ..record
+        },
+        0,
+    )
+    .decide();
+    assert!(plan.steps().any(|s| *s == Step::RemoveProxy(SERVICE)));
 }
 
 #[test]
@@ -686,7 +744,8 @@ fn a_removal_gives_back_steering_the_record_never_marked() {
 /// A deletion in the middle of service steering's hand-over (the Service
 /// selects the proxy pods, our slice bridges the provider's addresses, the
 /// record not yet marked): the selector goes, the provider's Endpoints are
-/// given back, and our slice only once another carries them.
+/// given back, and our slice only a pause later (kube-proxy has the
+/// given-back Service by then) and once another slice carries them.
 #[test]
 fn a_removal_during_the_service_hand_over_gives_the_service_back() {
     let world = World {
@@ -723,6 +782,25 @@ fn a_removal_during_the_service_hand_over_gives_the_service_back() {
     );
     let steps = describe(&plan);
     assert_eq!(steps[0], "Force Service default/kubernetes", "{steps:?}");
+    assert!(
+        !steps.iter().any(|s| s.starts_with("Delete")),
+        "nothing goes in the pass that gives back: {steps:?}"
+    );
+    let given_back = recorded(&plan).expect("the record of the give-back");
+    assert_eq!(given_back.replaced_at, Some(NOW));
+
+    // A pause later: the bridge goes, once another slice carries the
+    // addresses; the proxy a pause after that.
+    facts.record = Some(SteeringRecord {
+        replaced_at: Some(NOW - 60),
+        ..given_back
+    });
+    let (plan, removal) = super::removal(&facts).unwrap();
+    assert!(
+        matches!(&removal, Removal::Restoring(_, wait) if *wait == HANDOVER_PAUSE),
+        "{removal:?}"
+    );
+    let steps = describe(&plan);
     let waits = steps.iter().position(|s| s == "AwaitOtherSlice");
     let bridge_goes = steps
         .iter()
@@ -731,6 +809,22 @@ fn a_removal_during_the_service_hand_over_gives_the_service_back() {
         waits.is_some() && bridge_goes.is_some() && waits < bridge_goes,
         "{steps:?}"
     );
+    let settled = recorded(&plan).expect("the record of the deletions");
+    assert_eq!((settled.deferred, settled.replaced_at), (None, Some(NOW)));
+    facts.record = Some(SteeringRecord {
+        replaced_at: Some(NOW - 60),
+        ..settled
+    });
+    let (_, removal) = super::removal(&facts).unwrap();
+    assert!(matches!(removal, Removal::Removed(_)), "{removal:?}");
+}
+
+/// The record a removal's plan stores.
+fn recorded(plan: &super::Plan) -> Option<SteeringRecord> {
+    plan.steps().find_map(|s| match s {
+        Step::Record(r) => Some(r.clone()),
+        _ => None,
+    })
 }
 
 /// The removal gives back the published endpoint with the CCM override:
