@@ -26,7 +26,7 @@ use super::{
     tls,
 };
 use crate::{
-    api::{ControlPlaneIngress, UpstreamObject},
+    api::{ControlPlaneIngress, Steering, UpstreamObject},
     controller::context::Context,
     render::workload::{self, EndpointLocation, NAME, ProxyTls, SteeringRecord, WorkloadInputs},
 };
@@ -132,11 +132,15 @@ pub(super) async fn observe(
         .as_ref()
         .filter(|u| u.take_over_node_proxy)
         .and_then(|u| u.node_proxy.as_ref());
-    let steady = record.as_ref().and_then(|r| r.applied) == Some(spec.steering);
-    let controller_slices = if steady && taken_over.is_none() {
-        Vec::new()
-    } else {
+    let controller_slices = if reads_controller_slices(
+        record.as_ref(),
+        spec.steering,
+        taken_over.is_some(),
+        service.as_ref(),
+    ) {
         controller_slices(client).await?
+    } else {
+        Vec::new()
     };
     let namespace = workload::proxy_namespace(spec.steering);
     let proxy = live_proxy(client, namespace).await?;
@@ -291,6 +295,28 @@ async fn any_node(client: &Client) -> Result<bool, WorkloadError> {
 }
 
 /// The EndpointSlice controller's slices of the `kubernetes` Service.
+/// Whether a pass needs the EndpointSlice controller's slices of the
+/// `kubernetes` Service: not once the spec's mode steers, nothing of
+/// another is left and, for service steering, the Service still selects
+/// the proxy pods with `Local` (one list fewer per pass of a steady
+/// cluster); but through a switch until the slices a switch away from
+/// service steering left behind are gone, through a hand-over again after
+/// someone took the selector or `Local` away, and through a take-over.
+pub(in crate::controller::workload) fn reads_controller_slices(
+    record: Option<&SteeringRecord>,
+    steering: Steering,
+    take_over: bool,
+    service: Option<&Service>,
+) -> bool {
+    let spec = service.and_then(|s| s.spec.as_ref());
+    let service_steered = spec.and_then(|s| s.selector.as_ref())
+        == Some(&workload::selector_labels())
+        && spec.and_then(|s| s.internal_traffic_policy.as_deref()) == Some("Local");
+    let steady = record.is_some_and(|r| r.applied == Some(steering) && r.leaving.is_none())
+        && (steering != Steering::Service || service_steered);
+    take_over || !steady
+}
+
 async fn controller_slices(client: &Client) -> Result<Vec<EndpointSlice>, WorkloadError> {
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
     slices

@@ -16,7 +16,7 @@ use crate::{
         status::{Desired, Status},
         workload::{
             ccm::CcmFacts,
-            observe::{AsRead, Credentials, Facts, LiveProxy, rollout},
+            observe::{AsRead, Credentials, Facts, LiveProxy, reads_controller_slices, rollout},
             plan::{Plan, Step},
         },
     },
@@ -146,12 +146,23 @@ impl World {
             endpoints: endpoints.as_ref().map(|e| dynamic(e, "Endpoints")),
             endpoint_slice: endpoint_slice.as_ref().map(|s| dynamic(s, "EndpointSlice")),
         };
+        // As observe reads them: not in a steady pass.
+        let controller_slices = if reads_controller_slices(
+            self.record.as_ref(),
+            self.steering,
+            self.take_over,
+            Some(&service),
+        ) {
+            controller_slices(self.listed)
+        } else {
+            Vec::new()
+        };
         Facts {
             service: Some(service),
             endpoints,
             endpoint_slice,
             as_read,
-            controller_slices: controller_slices(self.listed),
+            controller_slices,
             record: self.record.clone(),
             proxy,
             any_node,

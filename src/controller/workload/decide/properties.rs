@@ -684,6 +684,23 @@ fn removed_only_when_unused(world: &World, facts: &Facts, plan: &Plan) -> Result
                         "step {i} removes the {mode:?} proxy {wait:?} before the handover pause ends"
                     )));
                 }
+                // The EndpointSlice controller's slices of the proxy pods
+                // outlive a selector that is gone: while they are there,
+                // kube-proxy still sends calls to those pods.
+                // (A live selector's slices follow its pods.)
+                let selector = facts
+                    .service
+                    .as_ref()
+                    .and_then(|s| s.spec.as_ref()?.selector.as_ref());
+                if *mode == Steering::Service
+                    && world.listed > 0
+                    && selector.is_none()
+                    && !world.take_over
+                {
+                    return Err(Broken(format!(
+                        "step {i} removes the Service proxy while the EndpointSlice controller's slices still name its pods"
+                    )));
+                }
             }
             _ => {}
         }
