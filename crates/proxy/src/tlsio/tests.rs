@@ -254,8 +254,13 @@ async fn a_forged_record_is_an_error_and_the_peer_learns_why() {
         let (server_cfg, client_cfg) = configs_for(&[version]);
         let connector = tokio_rustls::TlsConnector::from(client_cfg);
         let (c, s) = pair().await;
+        // The forged record comes once the server's handshake is done: in
+        // TLS 1.3 the client is done first, and a record arriving with its
+        // Finished would fail the handshake instead of the read.
+        let (accepted, handshake_done) = tokio::sync::oneshot::channel();
         let server = tokio::spawn(async move {
             let mut t = ServerTls::accept(server_cfg, s, Vec::new()).await.unwrap();
+            accepted.send(()).unwrap();
             let mut buf = [0u8; 16];
             let first = t.read(&mut buf).await.unwrap_err();
             // Failed for good: a second read does not drive rustls again.
@@ -263,6 +268,7 @@ async fn a_forged_record_is_an_error_and_the_peer_learns_why() {
             (first, again)
         });
         let mut p = connector.connect(name(), c).await.unwrap();
+        handshake_done.await.unwrap();
         // A well-formed record under no key we share.
         let mut forged = vec![23, 3, 3, 0, 40];
         forged.extend_from_slice(&[0x5a; 40]);

@@ -4,8 +4,9 @@
 //! the first steering write), let kube-proxy take the given-back Service and
 //! endpoints in, then delete the slices it served from while steered, let it
 //! take that in, then give back the CCM workloads we patched and the
-//! endpoint we published, then remove the proxy's objects, the record last. When nothing safe can be given back the proxy
-//! stays: a cluster is never left steered at a proxy that is gone.
+//! endpoint we published, then remove the proxy's objects, the record last.
+//! When nothing safe can be given back the proxy stays: a cluster is never
+//! left steered at a proxy that is gone.
 
 use std::{net::IpAddr, time::Duration};
 
