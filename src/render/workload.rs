@@ -36,7 +36,7 @@ pub use shared::{
     DEFAULT_IMAGE, DEFAULT_SERVICE_IP, ENDPOINT_SLICE_MANAGER, NAME, NAME_LABEL, NAMESPACE,
     ProxyTls, SERVICE_STEERING_NAMESPACE, SKIP_MIRROR_LABEL, WorkloadError, WorkloadInputs,
     advertise_address, check_advertise_family, is_ours, own_labels, proxy_namespace, proxy_spec,
-    selector_labels,
+    selector_labels, selects_proxy_pods, service_steering_holds,
 };
 pub use steering::{
     Deferred, FINISH_WITHOUT_RESTORE_ANNOTATION, HANDOVER_PAUSE, Live, RECORD_KEY, RECORD_NAME,

@@ -67,9 +67,7 @@ async fn observe(
         .as_ref()
         .map(typed::<Service>)
         .transpose()?;
-    let service_steered = service
-        .and_then(|s| s.spec?.selector)
-        .is_some_and(|s| s == workload::selector_labels());
+    let service_steered = service.as_ref().is_some_and(workload::selects_proxy_pods);
     let recorded_selector_ready = match &record {
         Some(r) if r.service_released => match &r.service.selector {
             Some(selector) => Some(selects_a_ready_pod(client, selector).await?),

@@ -294,7 +294,6 @@ async fn any_node(client: &Client) -> Result<bool, WorkloadError> {
     Ok(!list.items.is_empty())
 }
 
-/// The EndpointSlice controller's slices of the `kubernetes` Service.
 /// Whether a pass needs the EndpointSlice controller's slices of the
 /// `kubernetes` Service: not once the spec's mode steers, nothing of
 /// another is left and, for service steering, the Service still selects
@@ -308,15 +307,12 @@ pub(in crate::controller::workload) fn reads_controller_slices(
     take_over: bool,
     service: Option<&Service>,
 ) -> bool {
-    let spec = service.and_then(|s| s.spec.as_ref());
-    let service_steered = spec.and_then(|s| s.selector.as_ref())
-        == Some(&workload::selector_labels())
-        && spec.and_then(|s| s.internal_traffic_policy.as_deref()) == Some("Local");
     let steady = record.is_some_and(|r| r.applied == Some(steering) && r.leaving.is_none())
-        && (steering != Steering::Service || service_steered);
+        && (steering != Steering::Service || service.is_some_and(workload::service_steering_holds));
     take_over || !steady
 }
 
+/// The EndpointSlice controller's slices of the `kubernetes` Service.
 async fn controller_slices(client: &Client) -> Result<Vec<EndpointSlice>, WorkloadError> {
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
     slices

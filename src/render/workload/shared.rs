@@ -227,6 +227,26 @@ pub fn selector_labels() -> BTreeMap<String, String> {
     BTreeMap::from([(NAME_LABEL.to_string(), NAME.to_string())])
 }
 
+/// Whether `service` selects the proxy pods.
+pub fn selects_proxy_pods(service: &k8s_openapi::api::core::v1::Service) -> bool {
+    service
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.as_ref())
+        .is_some_and(|s| *s == selector_labels())
+}
+
+/// Whether `service` selects the proxy pods with `internalTrafficPolicy:
+/// Local`: service steering holds.
+pub fn service_steering_holds(service: &k8s_openapi::api::core::v1::Service) -> bool {
+    selects_proxy_pods(service)
+        && service
+            .spec
+            .as_ref()
+            .and_then(|s| s.internal_traffic_policy.as_deref())
+            == Some("Local")
+}
+
 /// Build a typed object from JSON: terse to write, checked by the type.
 pub(super) fn typed<T: DeserializeOwned>(
     kind: &'static str,

@@ -197,13 +197,10 @@ pub(super) fn service_handover(
 /// Whether Service `default/kubernetes` selects the proxy pods with
 /// `internalTrafficPolicy: Local` now: service steering holds.
 pub(super) fn service_steered(pass: &Pass) -> bool {
-    selects_proxy(pass)
-        && pass
-            .facts
-            .service
-            .as_ref()
-            .and_then(|s| s.spec.as_ref()?.internal_traffic_policy.as_deref())
-            == Some("Local")
+    pass.facts
+        .service
+        .as_ref()
+        .is_some_and(workload::service_steering_holds)
 }
 
 /// Whether Service `default/kubernetes` selects the proxy pods now.
@@ -211,8 +208,7 @@ fn selects_proxy(pass: &Pass) -> bool {
     pass.facts
         .service
         .as_ref()
-        .and_then(|s| s.spec.as_ref()?.selector.as_ref())
-        .is_some_and(|s| *s == workload::selector_labels())
+        .is_some_and(workload::selects_proxy_pods)
 }
 
 /// Ready endpoints with a node name in the EndpointSlice controller's
